@@ -1,0 +1,138 @@
+package domain
+
+import (
+	"fmt"
+	"time"
+)
+
+// State is the terminal state of a decision. Once a Decision is returned
+// its state never changes: Decision has no mutating method.
+type State uint8
+
+const (
+	// Allowed: every window admitted the request; its cost was consumed.
+	Allowed State = iota + 1
+	// Throttled: a window refused; nothing was consumed (HTTP 429).
+	Throttled
+	// BypassDegraded: the store could not answer and the route family lets
+	// the request through under the per-instance local cap.
+	BypassDegraded
+	// DeniedDegraded: the store could not answer and the route family fails
+	// closed (HTTP 503, Retry-After 1 s).
+	DeniedDegraded
+	// RejectedInvalidContext: the request's context could not be evaluated
+	// (HTTP 400 with the uniform body {"error":"invalid_context"}).
+	RejectedInvalidContext
+)
+
+var stateNames = [...]string{
+	Allowed:                "ALLOWED",
+	Throttled:              "THROTTLED",
+	BypassDegraded:         "BYPASS_DEGRADED",
+	DeniedDegraded:         "DENIED_DEGRADED",
+	RejectedInvalidContext: "REJECTED_INVALID_CONTEXT",
+}
+
+// String returns the upper-case name used in logs and metric labels, e.g.
+// "THROTTLED".
+func (s State) String() string {
+	if int(s) < len(stateNames) && stateNames[s] != "" {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("STATE(%d)", uint8(s))
+}
+
+// Passes reports whether the protected handler runs for this state.
+func (s State) Passes() bool { return s == Allowed || s == BypassDegraded }
+
+// Cause is a bounded reason attached to a decision. The set is closed so
+// that it is safe as a metric label; it never carries an identifier.
+type Cause string
+
+// Causes.
+const (
+	CauseNone             Cause = "none"
+	CauseLimitExceeded    Cause = "limit_exceeded"
+	CauseRouteInvalid     Cause = "route_invalid"
+	CauseIPUnresolved     Cause = "ip_unresolved"
+	CauseDimensionInvalid Cause = "dimension_invalid"
+	CauseProfileMissing   Cause = "profile_missing"
+	CauseStoreUnavailable Cause = "store_unavailable"
+	CauseStoreTimeout     Cause = "store_timeout"
+	CauseBreakerOpen      Cause = "breaker_open"
+	CauseLocalCapExceeded Cause = "local_cap_exceeded"
+	CauseLocalLimit       Cause = "local_limit"
+	CauseInvalidLimit     Cause = "invalid_limit"
+)
+
+// Causes lists every Cause, for metric pre-registration and tests.
+func Causes() []Cause {
+	return []Cause{CauseNone, CauseLimitExceeded, CauseRouteInvalid, CauseIPUnresolved,
+		CauseDimensionInvalid, CauseProfileMissing, CauseStoreUnavailable, CauseStoreTimeout,
+		CauseBreakerOpen, CauseLocalCapExceeded, CauseLocalLimit, CauseInvalidLimit}
+}
+
+// Layer names one layer of the dual-layer (ADR-002) check.
+type Layer uint8
+
+const (
+	// LayerNone: the decision was not limited by a layer.
+	LayerNone Layer = iota
+	// LayerTenant: the tenant's shared quota.
+	LayerTenant
+	// LayerUser: the user's or api key's own quota.
+	LayerUser
+)
+
+// String returns "none", "tenant" or "user".
+func (l Layer) String() string {
+	switch l {
+	case LayerTenant:
+		return "tenant"
+	case LayerUser:
+		return "user"
+	}
+	return "none"
+}
+
+// Decision is the terminal answer for one request.
+type Decision struct {
+	State State
+	// Limit is the limit of the limiting window (the one that refused, or
+	// the one with the least remaining).
+	Limit int64
+	// Remaining is the minimum remaining across every window checked.
+	Remaining int64
+	// RetryAfter is when the same request could pass (Throttled,
+	// DeniedDegraded); zero otherwise.
+	RetryAfter time.Duration
+	// ResetAfter is when the limiting window is back to its full quota.
+	ResetAfter time.Duration
+	// LimitingDimension and LimitingWindow name the window that decided.
+	LimitingDimension Dimension
+	LimitingWindow    string
+	// LimitingPeriod is the period of the limiting window (for the IETF
+	// RateLimit-Policy field).
+	LimitingPeriod time.Duration
+	// Layer is the dual-layer layer that decided, LayerNone outside it.
+	Layer Layer
+	// TenantRemaining and UserRemaining keep the per-layer remaining of the
+	// dual-layer API; -1 when the layer was not checked.
+	TenantRemaining int64
+	UserRemaining   int64
+	// SystemState is the health state the decision was taken in.
+	SystemState SystemState
+	// Cause is the bounded reason (logs and metrics only).
+	Cause Cause
+	// Profile and Family are the resolved route profile, empty when the
+	// context was rejected before resolution.
+	Profile string
+	Family  RouteFamily
+	// Shadow is true when shadow mode is on: State is what would have been
+	// enforced, and the caller lets the request through regardless.
+	Shadow bool
+}
+
+// Enforced reports whether the caller should let the request through:
+// always in shadow mode, otherwise when the state passes.
+func (d Decision) Enforced() bool { return !d.Shadow && !d.State.Passes() }

@@ -1,0 +1,183 @@
+package domain
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Dimension is what a window is counted per.
+type Dimension uint8
+
+const (
+	// DimensionNone is the zero value: no dimension.
+	DimensionNone Dimension = iota
+	// DimensionIP counts per client address (IPv6 grouped by /64).
+	DimensionIP
+	// DimensionUser counts per authenticated user.
+	DimensionUser
+	// DimensionAPIKey counts per api key.
+	DimensionAPIKey
+	// DimensionTenant counts per tenant, per route.
+	DimensionTenant
+	// DimensionTenantGlobal counts per tenant across every route (route key
+	// GlobalRouteKey).
+	DimensionTenantGlobal
+)
+
+// GlobalRouteKey is the route key of the tenant-global window.
+const GlobalRouteKey = "__global__"
+
+// String returns the dimension's name as used in keys, config and labels:
+// "ip", "user", "apikey", "tenant", "tenant_global".
+func (d Dimension) String() string {
+	switch d {
+	case DimensionIP:
+		return "ip"
+	case DimensionUser:
+		return "user"
+	case DimensionAPIKey:
+		return "apikey"
+	case DimensionTenant:
+		return "tenant"
+	case DimensionTenantGlobal:
+		return "tenant_global"
+	case DimensionNone:
+		return "none"
+	}
+	return fmt.Sprintf("dimension(%d)", uint8(d))
+}
+
+// ParseDimension reads a dimension's name.
+func ParseDimension(s string) (Dimension, error) {
+	for _, d := range Dimensions() {
+		if d.String() == s {
+			return d, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown dimension %q (want ip, user, apikey, tenant or tenant_global)", s)
+}
+
+// Dimensions lists every dimension, in key-building order.
+func Dimensions() []Dimension {
+	return []Dimension{DimensionIP, DimensionUser, DimensionAPIKey, DimensionTenant, DimensionTenantGlobal}
+}
+
+// Layer returns the ADR-002 layer a dimension belongs to.
+func (d Dimension) Layer() Layer {
+	switch d {
+	case DimensionTenant, DimensionTenantGlobal:
+		return LayerTenant
+	case DimensionUser, DimensionAPIKey:
+		return LayerUser
+	}
+	return LayerNone
+}
+
+// KeyPrefix starts every store key sluice writes (ADR-002: "rl:").
+const KeyPrefix = "rl"
+
+// KeyParts are the parts of one store key. Every part is produced by
+// sluice itself (pseudonyms are hex HMACs, route keys are profile names),
+// never a raw identifier.
+type KeyParts struct {
+	// Tag is the Redis Cluster hash tag shared by every key of a decision:
+	// the tenant's pseudonym, or for a request without a tenant the client's
+	// pseudonym.
+	Tag       string
+	Dimension Dimension
+	// ID is the pseudonymised identifier of the dimension.
+	ID string
+	// RouteKey is the profile name, or GlobalRouteKey.
+	RouteKey string
+	// Window is the window's name.
+	Window string
+}
+
+// Key returns rl:{tag}:dimension:id:routekey:window.
+func (k KeyParts) Key() string {
+	var b strings.Builder
+	b.Grow(len(KeyPrefix) + len(k.Tag) + len(k.ID) + len(k.RouteKey) + len(k.Window) + 24)
+	b.WriteString(KeyPrefix)
+	b.WriteString(":{")
+	b.WriteString(k.Tag)
+	b.WriteString("}:")
+	b.WriteString(k.Dimension.String())
+	b.WriteByte(':')
+	b.WriteString(k.ID)
+	b.WriteByte(':')
+	b.WriteString(k.RouteKey)
+	b.WriteByte(':')
+	b.WriteString(k.Window)
+	return b.String()
+}
+
+// TenantKey is ADR-002's tenant key: rl:{tenant}.
+func TenantKey(tenant string) string { return KeyPrefix + ":{" + tenant + "}" }
+
+// TenantUserKey is ADR-002's user key: rl:{tenant}:user:{user}.
+func TenantUserKey(tenant, user string) string {
+	return KeyPrefix + ":{" + tenant + "}:user:{" + user + "}"
+}
+
+// TenantAPIKeyKey is ADR-002's api-key key: rl:{tenant}:key:{key}.
+func TenantAPIKeyKey(tenant, apiKey string) string {
+	return KeyPrefix + ":{" + tenant + "}:key:{" + apiKey + "}"
+}
+
+// HashTag returns the part of key that Redis Cluster hashes: the content
+// of the first {…} when it is non-empty, else the whole key.
+func HashTag(key string) string {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return key
+	}
+	end := strings.IndexByte(key[open+1:], '}')
+	if end <= 0 {
+		return key
+	}
+	return key[open+1 : open+1+end]
+}
+
+// SlotCount is the number of Redis Cluster hash slots.
+const SlotCount = 16384
+
+// Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
+// hash tag, modulo SlotCount.
+func Slot(key string) uint16 {
+	tag := HashTag(key)
+	var crc uint16
+	for i := 0; i < len(tag); i++ {
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^tag[i]]
+	}
+	return crc % SlotCount
+}
+
+var crc16Table = func() (t [256]uint16) {
+	for i := range t {
+		crc := uint16(i) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+		t[i] = crc
+	}
+	return t
+}()
+
+// SameSlot reports whether every limit's key hashes to one slot; when not,
+// it returns the index of the first key that differs from the first.
+func SameSlot(limits []Limit) (ok bool, index int) {
+	if len(limits) == 0 {
+		return true, -1
+	}
+	s := Slot(limits[0].Key)
+	for i := 1; i < len(limits); i++ {
+		if Slot(limits[i].Key) != s {
+			return false, i
+		}
+	}
+	return true, -1
+}

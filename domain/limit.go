@@ -1,0 +1,136 @@
+package domain
+
+import (
+	"fmt"
+	"time"
+)
+
+// MaxLimits is how many limits one store request may carry. A sluice
+// decision needs at most 9 (4 dimensions × 2 windows + the tenant-global
+// key); the margin serves custom profiles.
+const MaxLimits = 16
+
+// MaxKeyLen bounds a store key, in bytes.
+const MaxKeyLen = 512
+
+// Limit is one check of a store request: consume Cost units on Key under
+// Window.
+type Limit struct {
+	Key    string
+	Window Window
+	// Cost is how many units the request consumes; at least 1 and at most
+	// Window.Limit.
+	Cost int64
+}
+
+// ValidateLimits checks a store request against the store contract: 1 to
+// MaxLimits limits, each with a non-empty key of at most MaxKeyLen bytes, no
+// key twice, a valid window and a cost between 1 and the window's limit. It
+// returns a *LimitError naming the first offence.
+func ValidateLimits(limits []Limit) error {
+	if len(limits) == 0 {
+		return &LimitError{Index: -1, Field: "limits", Reason: "at least one limit is required"}
+	}
+	if len(limits) > MaxLimits {
+		return &LimitError{Index: -1, Field: "limits", Reason: fmt.Sprintf("at most %d limits per request, got %d", MaxLimits, len(limits))}
+	}
+	for i := range limits {
+		l := &limits[i]
+		switch {
+		case l.Key == "":
+			return &LimitError{Index: i, Field: "key", Reason: "must not be empty"}
+		case len(l.Key) > MaxKeyLen:
+			return &LimitError{Index: i, Field: "key", Reason: fmt.Sprintf("must be at most %d bytes", MaxKeyLen)}
+		}
+		if err := l.Window.validate(i); err != nil {
+			return err
+		}
+		switch {
+		case l.Cost < 1:
+			return &LimitError{Index: i, Field: "cost", Reason: "must be at least 1"}
+		case l.Cost > l.Window.Limit:
+			return &LimitError{Index: i, Field: "cost", Reason: "must not exceed the window's limit"}
+		}
+		for j := 0; j < i; j++ {
+			if limits[j].Key == l.Key {
+				return &LimitError{Index: i, Field: "key", Reason: fmt.Sprintf("duplicates limit %d", j)}
+			}
+		}
+	}
+	return nil
+}
+
+// LimitStatus is what a store reports for one limit of a request.
+type LimitStatus struct {
+	// Allowed says whether this limit alone would admit the cost.
+	Allowed bool
+	// Remaining is the units left after the call: after consumption when the
+	// whole request was allowed, before it otherwise (a refused request
+	// consumes nothing).
+	Remaining int64
+	// RetryAfter is, for a limit that refused, the wait until it would admit
+	// the same cost; zero otherwise.
+	RetryAfter time.Duration
+	// ResetAfter is the wait until the limit is back to its full quota if
+	// nothing more is consumed.
+	ResetAfter time.Duration
+}
+
+// Result is a store's answer to a request of N limits. A refusal is a
+// result, not an error.
+type Result struct {
+	// Allowed is true when every limit admitted its cost; then, and only
+	// then, the cost was consumed on every key.
+	Allowed bool
+	// Limiting is the index of the limit that decides the answer: when
+	// refused, the refusing limit with the longest RetryAfter (lowest index
+	// on a tie); when allowed, the limit with the least Remaining (lowest
+	// index on a tie).
+	Limiting int
+	// Remaining is the minimum Remaining across every limit.
+	Remaining int64
+	// RetryAfter is zero when allowed, else the longest RetryAfter among the
+	// refusing limits: the earliest instant at which the same request could
+	// pass if nothing else is consumed meanwhile.
+	RetryAfter time.Duration
+	// ResetAfter is the ResetAfter of the limiting limit.
+	ResetAfter time.Duration
+	// N is the number of limits; PerLimit[:N] holds their statuses in
+	// request order. A fixed array keeps a decision free of allocation.
+	N        int
+	PerLimit [MaxLimits]LimitStatus
+}
+
+// Statuses returns the per-limit statuses, in request order.
+func (r *Result) Statuses() []LimitStatus { return r.PerLimit[:r.N] }
+
+// Finish fills Allowed, Limiting, Remaining, RetryAfter and ResetAfter from
+// PerLimit[:N]. Every store calls it so that the aggregation rules above are
+// the same everywhere.
+func (r *Result) Finish() {
+	r.Allowed = true
+	for i := 0; i < r.N; i++ {
+		if !r.PerLimit[i].Allowed {
+			r.Allowed = false
+			break
+		}
+	}
+	r.Limiting, r.RetryAfter = 0, 0
+	r.Remaining = r.PerLimit[0].Remaining
+	for i := 0; i < r.N; i++ {
+		s := &r.PerLimit[i]
+		if s.Remaining < r.Remaining {
+			r.Remaining = s.Remaining
+		}
+		if r.Allowed {
+			if s.Remaining < r.PerLimit[r.Limiting].Remaining {
+				r.Limiting = i
+			}
+			continue
+		}
+		if !s.Allowed && (r.PerLimit[r.Limiting].Allowed || s.RetryAfter > r.RetryAfter) {
+			r.Limiting, r.RetryAfter = i, s.RetryAfter
+		}
+	}
+	r.ResetAfter = r.PerLimit[r.Limiting].ResetAfter
+}

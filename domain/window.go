@@ -1,0 +1,113 @@
+package domain
+
+import (
+	"fmt"
+	"time"
+)
+
+// Algorithm is how a window counts.
+type Algorithm uint8
+
+const (
+	// SlidingLog is exact: it keeps one timestamp per admitted unit of cost
+	// and admits a request when the units inside (now-Period, now] plus the
+	// cost stay within Limit. Memory per key grows with Limit. It is the
+	// semantics of ADR-002 (a Redis ZSET of timestamps) and the zero value.
+	SlidingLog Algorithm = iota
+	// GCRA is the generic cell rate algorithm: one theoretical arrival time
+	// per key (O(1) memory), a burst of up to Limit at once, then one unit
+	// every Period/Limit.
+	GCRA
+)
+
+// String returns "sliding_log" or "gcra".
+func (a Algorithm) String() string {
+	switch a {
+	case SlidingLog:
+		return "sliding_log"
+	case GCRA:
+		return "gcra"
+	}
+	return fmt.Sprintf("algorithm(%d)", uint8(a))
+}
+
+// ParseAlgorithm reads "sliding_log" (or "") and "gcra".
+func ParseAlgorithm(s string) (Algorithm, error) {
+	switch s {
+	case "", "sliding_log":
+		return SlidingLog, nil
+	case "gcra":
+		return GCRA, nil
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (want sliding_log or gcra)", s)
+}
+
+// Bounds of a window. Time is counted in whole microseconds everywhere in
+// sluice (stores included), so that a Lua number holds any instant exactly.
+const (
+	MinPeriod = time.Millisecond
+	MaxPeriod = 366 * 24 * time.Hour
+	MaxLimit  = 1 << 30
+)
+
+// Well-known window names (seed PD-172). Any other non-empty name is allowed.
+const (
+	WindowBurst     = "burst"
+	WindowSustained = "sustained"
+)
+
+// Window is one rate: at most Limit units of cost per Period, counted with
+// Algorithm.
+type Window struct {
+	// Name identifies the window in keys, headers and metrics: "burst",
+	// "sustained", or a user-defined name.
+	Name      string
+	Limit     int64
+	Period    time.Duration
+	Algorithm Algorithm
+}
+
+// Validate reports a *LimitError (Index -1) for a window no store can honour.
+func (w Window) Validate() error {
+	return w.validate(-1)
+}
+
+func (w Window) validate(i int) error {
+	switch {
+	case w.Limit < 1:
+		return &LimitError{Index: i, Field: "limit", Reason: "must be at least 1"}
+	case w.Limit > MaxLimit:
+		return &LimitError{Index: i, Field: "limit", Reason: fmt.Sprintf("must be at most %d", MaxLimit)}
+	case w.Period < MinPeriod:
+		return &LimitError{Index: i, Field: "period", Reason: fmt.Sprintf("must be at least %s", MinPeriod)}
+	case w.Period > MaxPeriod:
+		return &LimitError{Index: i, Field: "period", Reason: fmt.Sprintf("must be at most %s", MaxPeriod)}
+	case w.Period%time.Microsecond != 0:
+		return &LimitError{Index: i, Field: "period", Reason: "must be a whole number of microseconds"}
+	case w.Algorithm != SlidingLog && w.Algorithm != GCRA:
+		return &LimitError{Index: i, Field: "algorithm", Reason: "unknown algorithm"}
+	}
+	return nil
+}
+
+// PeriodMicros is the period in microseconds.
+func (w Window) PeriodMicros() int64 { return int64(w.Period / time.Microsecond) }
+
+// EmissionMicros is the GCRA emission interval: Period/Limit truncated to
+// the microsecond, at least 1. Truncation keeps the arithmetic exact and
+// identical in every store (Go integers, Lua doubles); it lets the sustained
+// rate exceed Limit/Period by less than one microsecond per unit.
+func (w Window) EmissionMicros() int64 {
+	e := w.PeriodMicros() / w.Limit
+	if e < 1 {
+		return 1
+	}
+	return e
+}
+
+// UnixMicros converts an instant to the integer microseconds every store
+// uses.
+func UnixMicros(t time.Time) int64 { return t.UnixMicro() }
+
+// Micros converts a count of microseconds to a duration.
+func Micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

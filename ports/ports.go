@@ -1,0 +1,124 @@
+// Package ports holds the interfaces the sluice core needs from the outside
+// world: a Store that counts, a Clock that tells time, a Prober that checks
+// the store's health and a Recorder that observes every decision. Adapters
+// implement them; the app package depends on nothing else.
+package ports
+
+import (
+	"context"
+	"net/netip"
+	"time"
+
+	"github.com/sluicehq/sluice/domain"
+)
+
+// Store counts units of cost against windows, atomically across every limit
+// of one request.
+//
+// Every method is safe for simultaneous use by any number of goroutines
+// (and, for a shared store such as Redis, by any number of processes).
+// Context comes first; a cancelled or expired context makes a method return
+// promptly with an error wrapping ctx.Err() (or domain.ErrStoreTimeout for a
+// deadline the store itself imposes). After Close, every method returns an
+// error wrapping domain.ErrStoreClosed.
+type Store interface {
+	// Evaluate checks limits at now and, only if every one of them admits
+	// its cost, consumes the cost on every key: all or nothing. When one
+	// limit refuses, nothing is consumed anywhere, and the result says which
+	// limit refused (Result.Limiting) and when to retry (Result.RetryAfter).
+	// A refusal is a result with Allowed false, not an error.
+	//
+	// now is the instant of the decision; a store may be configured to use
+	// its own clock instead (e.g. Redis TIME), and must then say so in its
+	// documentation. A now earlier than a previous call's (a clock that went
+	// backwards) must never admit more than a window's limit.
+	//
+	// A request that breaks the contract of domain.ValidateLimits is refused
+	// with a *domain.LimitError before anything is read or written.
+	Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error)
+
+	// Peek answers as Evaluate would at now, consuming nothing. Remaining
+	// counts are those before consumption.
+	Peek(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error)
+
+	// Reset forgets every unit counted on key, whatever its algorithm.
+	// Resetting an unknown key is not an error.
+	Reset(ctx context.Context, key string) error
+
+	// Close releases the store's resources. Further calls return
+	// domain.ErrStoreClosed. Close is idempotent.
+	Close() error
+}
+
+// Clock tells time. Production uses SystemClock; tests use
+// ports/fakeclock, which moves only when told to.
+type Clock interface {
+	// Now returns the current instant.
+	Now() time.Time
+	// NewTicker returns a ticker that fires every d (d > 0) on this clock.
+	NewTicker(d time.Duration) Ticker
+}
+
+// Ticker delivers ticks of a Clock.
+type Ticker interface {
+	// C returns the channel on which ticks arrive. A tick that finds the
+	// channel full is dropped, as with time.Ticker.
+	C() <-chan time.Time
+	// Stop stops the ticker; no tick is sent after Stop returns.
+	Stop()
+}
+
+// Prober checks a store's health. The health loop calls it on every
+// interval.
+type Prober interface {
+	// Probe returns nil when the store answers (Redis: PING and INFO
+	// memory), an error otherwise. It honours ctx's deadline.
+	Probe(ctx context.Context) error
+}
+
+// DecisionRecord is what the Recorder learns of one decision.
+type DecisionRecord struct {
+	Decision domain.Decision
+	// TenantID is the tenant's pseudonym ("" for anonymous traffic); never a
+	// raw identifier, so it is safe as a metric label.
+	TenantID string
+	// ClientIP is the raw client address. Only the security-audit channel
+	// may write it, and only for THROTTLED and DENIED_DEGRADED decisions.
+	ClientIP netip.Addr
+	// Route is the route template as received; it may be invalid, so it is
+	// for the security-audit channel and never a metric label.
+	Route string
+	// StoreLatency is the time spent in the store; zero when the store was
+	// not called.
+	StoreLatency time.Duration
+	// Err is the error that shaped the decision (invalid context, store
+	// failure), nil otherwise.
+	Err error
+}
+
+// Recorder observes decisions and health transitions: metrics and the two
+// log channels. It is called on every path, errors included. Its methods
+// are safe for simultaneous use; an error they return is propagated to the
+// caller, never swallowed.
+type Recorder interface {
+	RecordDecision(ctx context.Context, rec DecisionRecord) error
+	RecordTransition(ctx context.Context, change domain.StateChange, at time.Time) error
+	// RecordStoreLatency observes one store call's latency.
+	RecordStoreLatency(ctx context.Context, d time.Duration, err error)
+}
+
+// SystemClock is the wall clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// NewTicker returns a time.Ticker.
+func (SystemClock) NewTicker(d time.Duration) Ticker { return systemTicker{time.NewTicker(d)} }
+
+type systemTicker struct{ t *time.Ticker }
+
+func (s systemTicker) C() <-chan time.Time { return s.t.C }
+func (s systemTicker) Stop()               { s.t.Stop() }
+
+var _ Clock = SystemClock{}
