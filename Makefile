@@ -1,0 +1,43 @@
+# sluice — the front door. Every command a person needs, nothing that only
+# works on the author's machine.
+
+GO       ?= go
+PKGS     ?= ./...
+# Go's race detector needs cgo.
+export CGO_ENABLED := 1
+
+.PHONY: all deps test test-short bench lint cover demo tidy
+
+all: lint test
+
+## deps: install what the tests need on a fresh Debian machine (redis-server
+## from Debian's packages, Go modules).
+deps:
+	@if ! command -v redis-server >/dev/null 2>&1; then \
+		echo "installing redis-server (Debian package)"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; \
+	fi
+	@redis-server --version
+	$(GO) mod download
+
+## test: set up, then run every test with the race detector. Integration
+## tests start their own redis-server processes on loopback ports (or use
+## REDIS_URL / REDIS_CLUSTER_ADDRS); with CI=true a missing Redis fails.
+test: deps
+	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
+
+## bench: every benchmark, with allocations, compared within one run.
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 20m $(PKGS)
+
+## lint: gofmt and go vet.
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+## cover: tests with a coverage profile and a per-function summary.
+cover: deps
+	$(GO) test -race -count=1 -timeout 12m -coverprofile=coverage.out -covermode=atomic $(PKGS)
+	$(GO) tool cover -func=coverage.out | tail -n 1
