@@ -1,0 +1,15 @@
+package conformance
+
+import (
+	"testing"
+
+	"github.com/sluicehq/sluice/ports"
+)
+
+func TestReferenceStore(t *testing.T) {
+	Run(t, func(t *testing.T) ports.Store {
+		s := NewReferenceStore()
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}
