@@ -102,8 +102,10 @@ type env struct {
 	store ports.Store
 	ctx   context.Context
 	ns    string
-	t0    time.Time
-	used  map[string]bool
+	// prefix sets a nested subtest's keys apart within the namespace.
+	prefix string
+	t0     time.Time
+	used   map[string]bool
 }
 
 func newEnv(t tb, store ports.Store) *env {
@@ -141,9 +143,18 @@ func newNamespace(t tb) string {
 // key returns the store key of name in the subtest's namespace. Every key
 // shares the hash tag {ns}, so one request never spans two cluster slots.
 func (e *env) key(name string) string {
-	k := "conf:{" + e.ns + "}:" + name
+	k := "conf:{" + e.ns + "}:" + e.prefix + name
 	e.used[k] = true
 	return k
+}
+
+// sub returns the env of a nested subtest: same store, namespace and t0,
+// keys set apart by prefix.
+func (e *env) sub(t tb, prefix string) *env {
+	s := *e
+	s.t = t
+	s.prefix = e.prefix + prefix
+	return &s
 }
 
 // at returns the instant d after t0.
