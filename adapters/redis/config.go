@@ -1,0 +1,187 @@
+package redis
+
+import (
+	"crypto/tls"
+	"fmt"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice/domain"
+)
+
+// DefaultTimeout is the deadline of one store call when Config.Timeout is
+// zero: the decision pipeline's budget for the store (seed PD-172).
+const DefaultTimeout = 50 * time.Millisecond
+
+// DefaultDialTimeout bounds connecting to a node when Config.DialTimeout is
+// zero. It is longer than DefaultTimeout on purpose: a connection serves many
+// calls, and a call that waits for it still ends at its own deadline.
+const DefaultDialTimeout = 2 * time.Second
+
+// Mode says how the store talks to Redis.
+type Mode uint8
+
+const (
+	// ModeAuto asks the server: a node with cluster support enabled gives a
+	// cluster client, any other a standalone one. The zero value.
+	ModeAuto Mode = iota
+	// ModeStandalone uses one server, never asking about a cluster.
+	ModeStandalone
+	// ModeCluster requires a Redis Cluster; New fails on a standalone
+	// server.
+	ModeCluster
+)
+
+// String returns "auto", "standalone" or "cluster".
+func (m Mode) String() string {
+	switch m {
+	case ModeAuto:
+		return "auto"
+	case ModeStandalone:
+		return "standalone"
+	case ModeCluster:
+		return "cluster"
+	}
+	return fmt.Sprintf("mode(%d)", uint8(m))
+}
+
+// Config configures a Store. The zero value of every field but the address
+// means its documented default; give either Addrs or URL.
+type Config struct {
+	// Addrs are host:port of one standalone server or of any cluster nodes
+	// (the client discovers the others).
+	Addrs []string
+	// URL is a redis:// or rediss:// URL, the form of REDIS_URL, e.g.
+	// redis://user:secret@10.0.0.5:6379/0. Credentials in the URL are used
+	// unless Username/Password are set.
+	URL string
+	// Username and Password authenticate (Redis ACL; Username may be empty).
+	Username string
+	Password string
+	// DB selects a database on a standalone server; clusters have only 0.
+	DB int
+	// TLS enables TLS with this configuration.
+	TLS *tls.Config
+	// Mode is standalone, cluster, or auto-detected (the default).
+	Mode Mode
+	// Timeout is the deadline of each store call (Evaluate, Peek, Reset),
+	// inside the caller's context; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// DialTimeout bounds connecting to a node; 0 means DefaultDialTimeout.
+	DialTimeout time.Duration
+	// UseServerTime makes the script take the time from the Redis server
+	// (TIME) and ignore the now passed to Evaluate and Peek: every
+	// instance of a fleet with skewed clocks then counts on one clock (per
+	// cluster node, since keys of one call live on one node).
+	UseServerTime bool
+	// ClientName is sent with CLIENT SETNAME, to spot the store's
+	// connections in CLIENT LIST; empty means "sluice".
+	ClientName string
+}
+
+// Validate reports the first field that cannot work, as a
+// *domain.ConfigError. New calls it; a Config used with WithClient needs no
+// address.
+func (c Config) Validate() error {
+	return c.validate(false)
+}
+
+func (c Config) validate(haveClient bool) error {
+	switch {
+	case !haveClient && len(c.Addrs) == 0 && c.URL == "":
+		return &domain.ConfigError{Field: "redis.addrs", Reason: "give addrs or url"}
+	case !haveClient && len(c.Addrs) > 0 && c.URL != "":
+		return &domain.ConfigError{Field: "redis.url", Reason: "give addrs or url, not both"}
+	case c.Timeout < 0:
+		return &domain.ConfigError{Field: "redis.timeout", Reason: "must not be negative"}
+	case c.DialTimeout < 0:
+		return &domain.ConfigError{Field: "redis.dial_timeout", Reason: "must not be negative"}
+	case c.DB < 0:
+		return &domain.ConfigError{Field: "redis.db", Reason: "must not be negative"}
+	case c.Mode > ModeCluster:
+		return &domain.ConfigError{Field: "redis.mode", Reason: "unknown mode"}
+	case c.Mode == ModeCluster && c.DB != 0:
+		return &domain.ConfigError{Field: "redis.db", Reason: "a cluster has database 0 only"}
+	}
+	for i, a := range c.Addrs {
+		if a == "" {
+			return &domain.ConfigError{Field: fmt.Sprintf("redis.addrs[%d]", i), Reason: "must not be empty"}
+		}
+	}
+	if c.URL != "" {
+		if _, err := rueidis.ParseURL(c.URL); err != nil {
+			return &domain.ConfigError{Field: "redis.url", Reason: "not a redis URL", Err: err}
+		}
+	}
+	return nil
+}
+
+// timeout returns Timeout or its default.
+func (c Config) timeout() time.Duration {
+	if c.Timeout == 0 {
+		return DefaultTimeout
+	}
+	return c.Timeout
+}
+
+// clientOption turns the Config into rueidis options.
+func (c Config) clientOption() (rueidis.ClientOption, error) {
+	var opt rueidis.ClientOption
+	if c.URL != "" {
+		var err error
+		if opt, err = rueidis.ParseURL(c.URL); err != nil {
+			return opt, &domain.ConfigError{Field: "redis.url", Reason: "not a redis URL", Err: err}
+		}
+	} else {
+		opt.InitAddress = append([]string(nil), c.Addrs...)
+	}
+	if c.Username != "" {
+		opt.Username = c.Username
+	}
+	if c.Password != "" {
+		opt.Password = c.Password
+	}
+	if c.DB != 0 {
+		opt.SelectDB = c.DB
+	}
+	if c.TLS != nil {
+		opt.TLSConfig = c.TLS
+	}
+	opt.ClientName = c.ClientName
+	if opt.ClientName == "" {
+		opt.ClientName = "sluice"
+	}
+	opt.Dialer.Timeout = c.DialTimeout
+	if opt.Dialer.Timeout == 0 {
+		opt.Dialer.Timeout = DefaultDialTimeout
+	}
+	// The script reads and writes; nothing is worth caching client-side,
+	// and tracking would cost the server memory per connection.
+	opt.DisableCache = true
+	if c.Mode == ModeStandalone {
+		opt.ForceSingleClient = true
+	}
+	return opt, nil
+}
+
+// Option customises New beyond Config.
+type Option func(*options)
+
+type options struct {
+	client     rueidis.Client
+	tuneClient []func(*rueidis.ClientOption)
+}
+
+// WithClient makes the store use an existing rueidis client instead of
+// connecting itself. The client stays the caller's: Store.Close does not
+// close it. Config's address, credential and mode fields are then ignored.
+func WithClient(c rueidis.Client) Option {
+	return func(o *options) { o.client = c }
+}
+
+// WithClientOption lets the caller adjust the rueidis options New builds
+// from Config (buffer sizes, pipelining, TLS details...) before connecting.
+func WithClientOption(f func(*rueidis.ClientOption)) Option {
+	return func(o *options) { o.tuneClient = append(o.tuneClient, f) }
+}

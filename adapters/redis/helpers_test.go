@@ -1,0 +1,63 @@
+package redis_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/adapters/redis"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// topology is one way of reaching Redis that every Redis test runs on.
+type topology struct {
+	name string
+	cfg  func(t testing.TB) redis.Config
+}
+
+var topologies = []topology{
+	{"standalone", func(t testing.TB) redis.Config { return redis.Config{URL: redistest.StandaloneURL(t)} }},
+	{"cluster", func(t testing.TB) redis.Config {
+		return redis.Config{Addrs: redistest.Cluster(t), Mode: redis.ModeCluster}
+	}},
+}
+
+// newStore returns a store on cfg, closed on t.Cleanup.
+func newStore(t testing.TB, cfg redis.Config, opts ...redis.Option) *redis.Store {
+	t.Helper()
+	s, err := redis.New(cfg, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// newDedicated starts a dedicated server and a store on it.
+func newDedicated(t testing.TB, cfg redis.Config, args ...string) (*redistest.Server, *redis.Store) {
+	t.Helper()
+	srv := redistest.NewServer(t, args...)
+	cfg.Addrs = []string{srv.Addr()}
+	return srv, newStore(t, cfg)
+}
+
+// tag returns a hash tag unique to the test run, so that tests sharing a
+// server never share keys.
+func tag(t testing.TB) string {
+	var b [6]byte
+	_, err := rand.Read(b[:])
+	require.NoError(t, err)
+	return hex.EncodeToString(b[:])
+}
+
+// do runs an administrative command through the harness' own client.
+func do(t testing.TB, addr string, args ...string) any {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := redistest.Do(ctx, addr, args...)
+	require.NoError(t, err, "%v", args)
+	return v
+}

@@ -1,0 +1,22 @@
+package lua
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"testing"
+)
+
+// pinnedRateLimitV1 is the SHA1 of the released rate_limit_v1.lua. It is
+// written here literally: if this test fails, the script was edited, and a
+// released script must not be. Restore it and add rate_limit_v2.lua.
+const pinnedRateLimitV1 = "70ac0d8fcbf8951df10613e1f3a01f5f010c2944"
+
+func TestRateLimitV1IsImmutable(t *testing.T) {
+	sum := sha1.Sum([]byte(RateLimitV1))
+	if got := hex.EncodeToString(sum[:]); got != pinnedRateLimitV1 {
+		t.Fatalf("rate_limit_v1.lua has SHA1 %s, pinned %s: released scripts are immutable; put changes in rate_limit_v2.lua", got, pinnedRateLimitV1)
+	}
+	if RateLimitV1SHA1 != pinnedRateLimitV1 {
+		t.Fatalf("RateLimitV1SHA1 = %s, pinned %s", RateLimitV1SHA1, pinnedRateLimitV1)
+	}
+}
