@@ -1,0 +1,287 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/ports"
+	"github.com/sluicehq/sluice/ports/fakeclock"
+)
+
+// testSecret is 32 bytes as 64 hex characters.
+const testSecret = "6f1d2c3b4a5968778695a4b3c2d1e0f00112233445566778899aabbccddeeff0"
+
+// t0 is the instant every fake clock starts at.
+var t0 = time.Date(2026, 5, 7, 12, 0, 0, 0, time.UTC)
+
+// Raw identities used across the tests; none may ever reach a store key.
+const (
+	rawUser   = "Alice.Martin@Example.ORG"
+	rawTenant = "acme-corp"
+	rawAPIKey = "sk_live_0123456789"
+)
+
+var rawIP = netip.MustParseAddr("203.0.113.77")
+
+// Routes of testConfig.
+const (
+	routeRead   = "GET /api/v1/users/{id}"
+	routeLogin  = "POST /api/v1/login"
+	routeExport = "/api/v1/exports"
+)
+
+// testConfig has one profile per family. The read profile checks nine
+// windows: ip, user, apikey and tenant × (burst, sustained) plus the
+// tenant-global sustained window.
+func testConfig() app.Config {
+	nine := app.WindowsConfig{
+		IP:           []app.WindowConfig{{Name: "burst", Limit: 50, Period: time.Second}, {Name: "sustained", Limit: 500, Period: time.Minute}},
+		User:         []app.WindowConfig{{Name: "burst", Limit: 5, Period: time.Second}, {Name: "sustained", Limit: 100, Period: time.Minute, Algorithm: "gcra"}},
+		APIKey:       []app.WindowConfig{{Name: "burst", Limit: 20, Period: time.Second}, {Name: "sustained", Limit: 200, Period: time.Minute}},
+		Tenant:       []app.WindowConfig{{Name: "burst", Limit: 40, Period: time.Second}, {Name: "sustained", Limit: 400, Period: time.Minute}},
+		TenantGlobal: []app.WindowConfig{{Name: "sustained", Limit: 1000, Period: time.Minute}},
+	}
+	small := app.WindowsConfig{
+		IP:   []app.WindowConfig{{Name: "burst", Limit: 3, Period: time.Second}, {Name: "sustained", Limit: 10, Period: time.Minute}},
+		User: []app.WindowConfig{{Name: "burst", Limit: 3, Period: time.Second}},
+	}
+	return app.Config{
+		HMACSecret: testSecret,
+		InstanceID: "test-1",
+		Profiles: []app.ProfileConfig{
+			{Name: "users_read", Family: "read", Routes: []string{routeRead}, Windows: nine},
+			{Name: "login", Family: "auth", Routes: []string{routeLogin}, Windows: small},
+			{Name: "exports", Family: "costly", Routes: []string{routeExport}, Windows: small},
+		},
+	}
+}
+
+// recorder is a ports.Recorder that keeps everything and can be told to
+// fail.
+type recorder struct {
+	mu          sync.Mutex
+	decisions   []ports.DecisionRecord
+	transitions []domain.StateChange
+	latencies   int
+	failDecide  error
+	failTrans   error
+}
+
+func (r *recorder) RecordDecision(_ context.Context, rec ports.DecisionRecord) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.decisions = append(r.decisions, rec)
+	return r.failDecide
+}
+
+func (r *recorder) RecordTransition(_ context.Context, c domain.StateChange, _ time.Time) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.transitions = append(r.transitions, c)
+	return r.failTrans
+}
+
+func (r *recorder) RecordStoreLatency(context.Context, time.Duration, error) {
+	r.mu.Lock()
+	r.latencies++
+	r.mu.Unlock()
+}
+
+func (r *recorder) last() ports.DecisionRecord {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.decisions[len(r.decisions)-1]
+}
+
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.decisions)
+}
+
+func (r *recorder) changes() []domain.StateChange {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]domain.StateChange(nil), r.transitions...)
+}
+
+func (r *recorder) setFail(decide, trans error) {
+	r.mu.Lock()
+	r.failDecide, r.failTrans = decide, trans
+	r.mu.Unlock()
+}
+
+// Failure modes of a faultyStore.
+const (
+	healthy int32 = iota
+	unavailable
+	hang // block until the call's deadline
+	badLimit
+)
+
+// faultyStore wraps a store: it records every key it is handed, counts
+// calls and fails on demand. It is also a Prober that fails with it.
+type faultyStore struct {
+	ports.Store
+	mode  atomic.Int32
+	calls atomic.Int64
+	mu    sync.Mutex
+	keys  []string
+}
+
+func newFaulty(s ports.Store) *faultyStore { return &faultyStore{Store: s} }
+
+func (f *faultyStore) see(limits []domain.Limit) {
+	f.mu.Lock()
+	for _, l := range limits {
+		f.keys = append(f.keys, l.Key)
+	}
+	f.mu.Unlock()
+}
+
+func (f *faultyStore) fail() error {
+	switch f.mode.Load() {
+	case unavailable:
+		return fmt.Errorf("%w: injected", domain.ErrStoreUnavailable)
+	case badLimit:
+		return &domain.LimitError{Index: 0, Field: "cost", Reason: "injected"}
+	}
+	return nil
+}
+
+func (f *faultyStore) Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
+	f.calls.Add(1)
+	f.see(limits)
+	if f.mode.Load() == hang {
+		<-ctx.Done()
+		return domain.Result{}, fmt.Errorf("%w: %w", domain.ErrStoreTimeout, ctx.Err())
+	}
+	if err := f.fail(); err != nil {
+		return domain.Result{}, err
+	}
+	return f.Store.Evaluate(ctx, now, limits)
+}
+
+func (f *faultyStore) Peek(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
+	f.see(limits)
+	if err := f.fail(); err != nil {
+		return domain.Result{}, err
+	}
+	return f.Store.Peek(ctx, now, limits)
+}
+
+func (f *faultyStore) Probe(ctx context.Context) error {
+	if f.mode.Load() != healthy {
+		return fmt.Errorf("%w: injected probe failure", domain.ErrStoreUnavailable)
+	}
+	return nil
+}
+
+func (f *faultyStore) seen() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.keys...)
+}
+
+// rig is a Limiter wired to fakes.
+type rig struct {
+	l     *app.Limiter
+	clock *fakeclock.Clock
+	store *faultyStore
+	local ports.Store
+	rec   *recorder
+	ticks chan struct{}
+}
+
+// newRig builds a Limiter on the reference store, a fake clock and a
+// recorder; mutate adjusts the config first.
+func newRig(t *testing.T, mutate func(*app.Config)) *rig {
+	t.Helper()
+	cfg := testConfig()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	return newRigWith(t, cfg, newFaulty(conformance.NewReferenceStore()), conformance.NewReferenceStore())
+}
+
+func newRigWith(t *testing.T, cfg app.Config, primary *faultyStore, fallback ports.Store) *rig {
+	t.Helper()
+	r := &rig{
+		clock: fakeclock.New(t0),
+		store: primary,
+		local: fallback,
+		rec:   &recorder{},
+		ticks: make(chan struct{}, 64),
+	}
+	l, err := app.NewWithTickHook(cfg, app.Deps{
+		Store:    primary,
+		Fallback: fallback,
+		Clock:    r.clock,
+		Prober:   primary,
+		Recorder: r.rec,
+	}, func() { r.ticks <- struct{}{} })
+	if err != nil {
+		t.Fatalf("app.New: %v", err)
+	}
+	r.l = l
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return r
+}
+
+// eval evaluates and fails the test on a recording error.
+func (r *rig) eval(t *testing.T, req app.Request) domain.Decision {
+	t.Helper()
+	d, err := r.l.Evaluate(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Evaluate: %v", err)
+	}
+	return d
+}
+
+// tick advances the fake clock by one probe interval and waits until the
+// health loop has processed the tick.
+func (r *rig) tick(t *testing.T) domain.SystemState {
+	t.Helper()
+	r.clock.Advance(r.l.Config().ProbeInterval)
+	select {
+	case <-r.ticks:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the health loop did not process the tick")
+	}
+	return r.l.SystemState()
+}
+
+// fullRequest carries every identity.
+func fullRequest(route string) app.Request {
+	return app.Request{Route: route, ClientIP: rawIP, User: rawUser, Tenant: rawTenant, APIKey: rawAPIKey}
+}
+
+// assertNoRawIdentifier fails when a key holds any raw identity, in any
+// of the forms the pipeline sees it.
+func assertNoRawIdentifier(t *testing.T, keys []string) {
+	t.Helper()
+	raws := []string{rawUser, strings.ToLower(rawUser), "alice", "Alice", rawTenant, "acme", rawAPIKey, "sk_live", rawIP.String(), "203.0.113", "2001:db8"}
+	for _, k := range keys {
+		for _, raw := range raws {
+			if strings.Contains(k, raw) {
+				t.Fatalf("key %q contains the raw identifier %q", k, raw)
+			}
+		}
+	}
+}
+
+var errRecorder = errors.New("recorder down")
