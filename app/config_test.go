@@ -160,8 +160,8 @@ func TestBootFailures(t *testing.T) {
 			sentinel: app.ErrUnknownField, field: "hot_reload", reason: "unknown field",
 		},
 		{
-			name: "unknown nested field",
-			yaml: strings.Replace(profilesYAML, "{name: burst, limit: 5, period: 10s}", "{name: burst, limit: 5, period: 10s, allow_list: [1.2.3.4]}", 1),
+			name:     "unknown nested field",
+			yaml:     strings.Replace(profilesYAML, "{name: burst, limit: 5, period: 10s}", "{name: burst, limit: 5, period: 10s, allow_list: [1.2.3.4]}", 1),
 			sentinel: app.ErrUnknownField, field: "profiles[login].windows.ip[0].allow_list", reason: "unknown field",
 		},
 		{
@@ -254,7 +254,7 @@ func TestConfigRules(t *testing.T) {
 			c.Profiles[1].Windows.TenantGlobal = []app.WindowConfig{{Name: "sustained", Limit: 10, Period: time.Minute}}
 		}, "profiles[login].windows.tenant_global[0]", "differs"},
 		{"bad degraded action", func(c *app.Config) { c.Degraded.Auth = "allow" }, "degraded.auth", "one of"},
-		{"probe timeout over interval", func(c *app.Config) { c.ProbeInterval, c.ProbeTimeout = time.Second, 2 * time.Second }, "probe_timeout", "probe_interval"},
+		{"probe timeout over interval", func(c *app.Config) { c.ProbeInterval, c.ProbeTimeout = time.Second, 2*time.Second }, "probe_timeout", "probe_interval"},
 		{"store timeout too long", func(c *app.Config) { c.StoreTimeout = time.Minute }, "store_timeout", "at most"},
 		{"bad redis url", func(c *app.Config) { c.RedisURL = "not a url" }, "redis_url", "URL"},
 		{"bad facade degraded", func(c *app.Config) { c.Facade.Degraded = "open" }, "facade.degraded", "one of"},

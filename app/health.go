@@ -111,8 +111,8 @@ func (l *Limiter) keepLoopErr(err error) {
 // it: no goroutine of the Limiter outlives Close. It returns the Recorder
 // errors the loop met (the first few, joined), since the loop has no
 // caller to hand them to. The stores are left open: they belong to the
-// caller. Close is idempotent; Evaluate keeps working after it, without
-// health probes.
+// caller; a later Close returns only what is new (nothing). Close is
+// idempotent; Evaluate keeps working after it, without health probes.
 func (l *Limiter) Close() error {
 	l.closeOnce.Do(func() {
 		close(l.done)
@@ -121,10 +121,12 @@ func (l *Limiter) Close() error {
 	l.wg.Wait()
 	l.loopMu.Lock()
 	defer l.loopMu.Unlock()
-	errs := append([]error(nil), l.loopErrs...)
+	errs := l.loopErrs
 	if l.loopLost > 0 {
 		errs = append(errs, fmt.Errorf("health loop: %d more recorder errors", l.loopLost))
 	}
+	// Each error is handed over once.
+	l.loopErrs, l.loopLost = nil, 0
 	return errors.Join(errs...)
 }
 

@@ -216,6 +216,11 @@ func newRig(t *testing.T, mutate func(*app.Config)) *rig {
 
 func newRigWith(t *testing.T, cfg app.Config, primary *faultyStore, fallback ports.Store) *rig {
 	t.Helper()
+	return newRigProber(t, cfg, primary, primary, fallback)
+}
+
+func newRigProber(t *testing.T, cfg app.Config, primary *faultyStore, prober ports.Prober, fallback ports.Store) *rig {
+	t.Helper()
 	r := &rig{
 		clock: fakeclock.New(t0),
 		store: primary,
@@ -227,7 +232,7 @@ func newRigWith(t *testing.T, cfg app.Config, primary *faultyStore, fallback por
 		Store:    primary,
 		Fallback: fallback,
 		Clock:    r.clock,
-		Prober:   primary,
+		Prober:   prober,
 		Recorder: r.rec,
 	}, func() { r.ticks <- struct{}{} })
 	if err != nil {

@@ -206,9 +206,11 @@ func parseRoute(s string) (method, path string, err error) {
 		}
 	}
 	if !strings.HasPrefix(s, "/") {
+		// Only a ServeMux host ("api.example.org/…", "host:8080/…") may
+		// precede the path; anything else fails the route pattern.
 		i := strings.IndexByte(s, '/')
-		if i < 0 {
-			return "", "", fmt.Errorf("route %q has no path", s)
+		if i < 0 || !strings.ContainsAny(s[:i], ".:") {
+			return "", "", fmt.Errorf("route %q does not start with a path", s)
 		}
 		s = s[i:]
 	}
