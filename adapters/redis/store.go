@@ -17,7 +17,7 @@
 // Time is the now the caller passes (from its ports.Clock), in whole
 // microseconds; with Config.UseServerTime the script reads the server's
 // TIME instead. Every key written carries a TTL of the time it stays
-// relevant, so an idle key disappears by itself.
+// relevant (at least Config.MinTTL), so an idle key disappears by itself.
 package redis
 
 import (
@@ -48,6 +48,7 @@ type Store struct {
 	script     *rueidis.Lua
 	timeout    time.Duration
 	serverTime bool
+	minTTL     string // ARGV[5], milliseconds
 	closed     atomic.Bool
 
 	// noncePrefix is random per Store, nonceCounter counts calls: together
@@ -69,7 +70,7 @@ type callBuf struct {
 
 // Argument layout of lua.RateLimitV1 (see the script's header).
 const (
-	headArgs     = 4
+	headArgs     = 5
 	argsPerLimit = 4
 	replyHead    = 2
 	replyPerKey  = 4
@@ -94,6 +95,7 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 		script:     rueidis.NewLuaScript(lua.RateLimitV1),
 		timeout:    cfg.timeout(),
 		serverTime: cfg.UseServerTime,
+		minTTL:     strconv.FormatInt(cfg.minTTLMillis(), 10),
 	}
 	s.bufs.New = func() any {
 		return &callBuf{
@@ -188,6 +190,7 @@ func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, c
 	} else {
 		args = append(args, "-") // Peek adds no member
 	}
+	args = append(args, s.minTTL)
 	for i := range limits {
 		l := &limits[i]
 		keys = append(keys, l.Key)
@@ -303,8 +306,17 @@ func (s *Store) mapErr(ctx context.Context, err error, timeout time.Duration) er
 	case ctx.Err() != nil:
 		// The caller gave up (cancelled, or its own deadline passed first).
 		return fmt.Errorf("sluice redis: %w", ctx.Err())
+	case callerDeadlinePassed(ctx):
+		// A socket deadline set from the caller's deadline may fire a hair
+		// before the context's own timer marks it done.
+		return fmt.Errorf("sluice redis: %w", context.DeadlineExceeded)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
 		return fmt.Errorf("%w: no answer within %s: %w", domain.ErrStoreTimeout, timeout, err)
 	}
 	return fmt.Errorf("%w: %w", domain.ErrStoreUnavailable, err)
+}
+
+func callerDeadlinePassed(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }

@@ -1,0 +1,698 @@
+package redis_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/adapters/redis"
+	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/lua"
+)
+
+// pinnedRateLimitV1 is the SHA1 the servers must know the script by.
+const pinnedRateLimitV1 = "d01ddec6d4b15a44c11ddab09282ee17356558b4"
+
+func sliding(limit int64, period time.Duration) domain.Window {
+	return domain.Window{Name: "w", Limit: limit, Period: period, Algorithm: domain.SlidingLog}
+}
+
+func gcra(limit int64, period time.Duration) domain.Window {
+	return domain.Window{Name: "w", Limit: limit, Period: period, Algorithm: domain.GCRA}
+}
+
+func TestScriptSHA1IsPinned(t *testing.T) {
+	sum := sha1.Sum([]byte(lua.RateLimitV1))
+	require.Equal(t, pinnedRateLimitV1, hex.EncodeToString(sum[:]),
+		"rate_limit_v1.lua changed: released scripts are immutable, add rate_limit_v2.lua")
+	// The server names it the same way, so EVALSHA finds what EVAL loaded.
+	got := do(t, redistest.Standalone(t), "SCRIPT", "LOAD", lua.RateLimitV1)
+	require.Equal(t, pinnedRateLimitV1, got)
+}
+
+// refStore is the pure Go reference (domain.LogState, domain.GCRAState)
+// driven the way every store drives it: check every limit, and commit only
+// when all admit.
+type refStore struct {
+	logs  map[string]*domain.LogState
+	gcras map[string]*domain.GCRAState
+}
+
+func newRefStore() *refStore {
+	return &refStore{logs: map[string]*domain.LogState{}, gcras: map[string]*domain.GCRAState{}}
+}
+
+func (r *refStore) run(now time.Time, limits []domain.Limit, consume bool) domain.Result {
+	us := domain.UnixMicros(now)
+	var res domain.Result
+	res.N = len(limits)
+	for i, l := range limits {
+		if l.Window.Algorithm == domain.GCRA {
+			if r.gcras[l.Key] == nil {
+				r.gcras[l.Key] = &domain.GCRAState{}
+			}
+			res.PerLimit[i] = r.gcras[l.Key].Check(us, l.Window, l.Cost)
+		} else {
+			if r.logs[l.Key] == nil {
+				r.logs[l.Key] = &domain.LogState{}
+			}
+			res.PerLimit[i] = r.logs[l.Key].Check(us, l.Window, l.Cost)
+		}
+	}
+	res.Finish()
+	if res.Allowed && consume {
+		for i, l := range limits {
+			if l.Window.Algorithm == domain.GCRA {
+				res.PerLimit[i] = r.gcras[l.Key].Committed(us, l.Window, l.Cost, res.PerLimit[i])
+			} else {
+				res.PerLimit[i] = r.logs[l.Key].Committed(us, l.Window, l.Cost, res.PerLimit[i])
+			}
+		}
+		res.Finish()
+	}
+	return res
+}
+
+// TestScriptMatchesGoReference replays random timelines (mixed algorithms,
+// odd periods, costs, peeks, clock jumps both ways) on Redis and on the Go
+// reference, and requires identical results to the microsecond.
+func TestScriptMatchesGoReference(t *testing.T) {
+	windows := []domain.Window{
+		sliding(5, 10*time.Second),
+		gcra(3, 10*time.Second+7*time.Microsecond), // emission interval truncated
+		sliding(1, 30*time.Second),
+		gcra(7, time.Minute),
+		sliding(10, 12345678*time.Microsecond),
+	}
+	for _, topo := range topologies {
+		t.Run(topo.name, func(t *testing.T) {
+			s := newStore(t, topo.cfg(t))
+			for seq := range 6 {
+				rng := rand.New(rand.NewPCG(uint64(seq), 42))
+				ref := newRefStore()
+				tg := tag(t)
+				keys := make([]string, len(windows))
+				for i := range keys {
+					keys[i] = fmt.Sprintf("ref:{%s}:%d", tg, i)
+				}
+				now := time.Now().Truncate(time.Second)
+				for step := range 250 {
+					switch p := rng.IntN(100); {
+					case p < 10: // backwards jump
+						now = now.Add(-time.Duration(rng.Int64N(int64(5 * time.Second))).Truncate(time.Microsecond))
+					case p < 30: // same instant
+					default:
+						now = now.Add(time.Duration(rng.Int64N(int64(4 * time.Second))).Truncate(time.Microsecond))
+					}
+					idx := rng.Perm(len(windows))[:1+rng.IntN(len(windows))]
+					limits := make([]domain.Limit, len(idx))
+					for j, k := range idx {
+						w := windows[k]
+						cost := int64(1)
+						if rng.IntN(4) == 0 {
+							cost = 1 + rng.Int64N(w.Limit)
+						}
+						limits[j] = domain.Limit{Key: keys[k], Window: w, Cost: cost}
+					}
+					consume := rng.IntN(5) != 0
+					want := ref.run(now, limits, consume)
+					var got domain.Result
+					var err error
+					if consume {
+						got, err = s.Evaluate(t.Context(), now, limits)
+					} else {
+						got, err = s.Peek(t.Context(), now, limits)
+					}
+					require.NoError(t, err)
+					require.Equal(t, want, got, "sequence %d step %d (consume=%t) at %s: %+v", seq, step, consume, now, limits)
+				}
+				for _, k := range keys {
+					require.NoError(t, s.Reset(t.Context(), k))
+				}
+			}
+		})
+	}
+}
+
+// TestKeysWrittenAreTheCallersAndExpire checks, on a dedicated server, that
+// the script writes only the keys it was given and that each carries a TTL
+// no longer than its window.
+func TestKeysWrittenAreTheCallersAndExpire(t *testing.T) {
+	srv, s := newDedicated(t, redis.Config{})
+	ctx := t.Context()
+	now := time.Now()
+	windows := map[string]domain.Window{
+		"rl:{t}:sliding:1s":    sliding(3, time.Second),
+		"rl:{t}:sliding:1m":    sliding(100, time.Minute),
+		"rl:{t}:sliding:1500u": sliding(2, 1500*time.Millisecond+500*time.Microsecond),
+		"rl:{t}:gcra:1s":       gcra(3, time.Second),
+		"rl:{t}:gcra:1h":       gcra(1000, time.Hour),
+		"rl:{t}:gcra:366d":     gcra(1, domain.MaxPeriod),
+		"rl:{t}:refused":       sliding(1, time.Minute),
+		"rl:{t}:sliding:200ms": sliding(5, 200*time.Millisecond),
+		"rl:{t}:gcra:10ms":     gcra(5, 10*time.Millisecond),
+	}
+	var all []domain.Limit
+	for k, w := range windows {
+		all = append(all, domain.Limit{Key: k, Window: w, Cost: 1})
+	}
+	slices.SortFunc(all, func(a, b domain.Limit) int { return strings.Compare(a.Key, b.Key) })
+	// One request over every key, then a refusal (the limit-1 key is
+	// spent), peeks, and a request on keys nobody wrote before.
+	r, err := s.Evaluate(ctx, now, all)
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	r, err = s.Evaluate(ctx, now.Add(time.Millisecond), all)
+	require.NoError(t, err)
+	require.False(t, r.Allowed)
+	_, err = s.Peek(ctx, now, []domain.Limit{{Key: "rl:{t}:peeked", Window: sliding(5, time.Second), Cost: 1}})
+	require.NoError(t, err)
+	_, err = s.Evaluate(ctx, now, []domain.Limit{{Key: "rl:{t}:gcra:cost", Window: gcra(10, 10*time.Second), Cost: 7}})
+	require.NoError(t, err)
+	windows["rl:{t}:gcra:cost"] = gcra(10, 10*time.Second)
+
+	var keys []string
+	cursor := "0"
+	for {
+		v := do(t, srv.Addr(), "SCAN", cursor, "COUNT", "1000").([]any)
+		for _, k := range v[1].([]any) {
+			keys = append(keys, k.(string))
+		}
+		if cursor = v[0].(string); cursor == "0" {
+			break
+		}
+	}
+	slices.Sort(keys)
+	want := make([]string, 0, len(windows))
+	for k := range windows {
+		want = append(want, k)
+	}
+	slices.Sort(want)
+	require.Equal(t, want, keys, "the keyspace holds exactly the keys admitted requests passed: no helper keys, nothing for a peek")
+
+	for _, k := range keys {
+		pttl := do(t, srv.Addr(), "PTTL", k).(int64)
+		w := windows[k]
+		periodMs := max((w.PeriodMicros()+999)/1000, redis.DefaultMinTTL.Milliseconds())
+		assert.Greater(t, pttl, int64(0), "%s has no TTL", k)
+		assert.LessOrEqual(t, pttl, periodMs, "%s: TTL %d ms exceeds its window of %s", k, pttl, w.Period)
+		t.Logf("%-22s %-11s PTTL %d ms (window %s)", k, w.Algorithm, pttl, w.Period)
+	}
+	// A GCRA key lives only until its TAT: cost 7 of 10 per 10 s is 7 s.
+	assert.InDelta(t, 7000, do(t, srv.Addr(), "PTTL", "rl:{t}:gcra:cost").(int64), 500)
+	// Sub-second windows keep their key for the floor, DefaultMinTTL.
+	assert.InDelta(t, 1000, do(t, srv.Addr(), "PTTL", "rl:{t}:gcra:10ms").(int64), 100)
+
+	t.Run("MinTTL", func(t *testing.T) {
+		// With a 1 ms floor, every TTL is the exact relevance of its key.
+		srv, s := newDedicated(t, redis.Config{MinTTL: time.Millisecond})
+		for _, l := range []domain.Limit{
+			{Key: "rl:{m}:sliding", Window: sliding(5, 300*time.Millisecond), Cost: 1},
+			{Key: "rl:{m}:gcra", Window: gcra(10, 400*time.Millisecond), Cost: 4},
+		} {
+			_, err := s.Evaluate(t.Context(), time.Now(), []domain.Limit{l})
+			require.NoError(t, err)
+			pttl := do(t, srv.Addr(), "PTTL", l.Key).(int64)
+			assert.Greater(t, pttl, int64(0), l.Key)
+			assert.LessOrEqual(t, pttl, int64(300), "%s: 300 ms window (sliding), TAT 160 ms ahead (GCRA)", l.Key)
+		}
+	})
+}
+
+func TestCrossSlotIsRefusedBeforeSending(t *testing.T) {
+	limits := []domain.Limit{
+		{Key: "rl:{tenant-a}:user", Window: sliding(5, time.Minute), Cost: 1},
+		{Key: "rl:{tenant-b}:user", Window: sliding(5, time.Minute), Cost: 1},
+	}
+	require.NotEqual(t, domain.Slot(limits[0].Key), domain.Slot(limits[1].Key))
+
+	t.Run("standalone", func(t *testing.T) {
+		srv, s := newDedicated(t, redis.Config{})
+		before := scriptCalls(t, srv.Addr())
+		_, err := s.Evaluate(t.Context(), time.Now(), limits)
+		require.ErrorIs(t, err, domain.ErrCrossSlot)
+		_, err = s.Peek(t.Context(), time.Now(), limits)
+		require.ErrorIs(t, err, domain.ErrCrossSlot)
+		assert.Equal(t, before, scriptCalls(t, srv.Addr()), "no script call reached the server")
+		assert.Equal(t, int64(0), do(t, srv.Addr(), "DBSIZE"))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		s := newStore(t, topologies[1].cfg(t))
+		_, err := s.Evaluate(t.Context(), time.Now(), limits)
+		require.ErrorIs(t, err, domain.ErrCrossSlot)
+		assert.NotContains(t, err.Error(), "CROSSSLOT", "refused by the store, not by the server")
+		assert.Equal(t, domain.CodeStoreUnavailable, domain.CodeOf(err))
+	})
+}
+
+// scriptCalls returns how many EVAL and EVALSHA calls the server executed
+// or refused.
+func scriptCalls(t testing.TB, addr string) int64 {
+	t.Helper()
+	stats := do(t, addr, "INFO", "commandstats").(string)
+	var n int64
+	for line := range strings.Lines(stats) {
+		if !strings.HasPrefix(line, "cmdstat_eval") {
+			continue
+		}
+		for f := range strings.SplitSeq(strings.TrimSpace(line[strings.IndexByte(line, ':')+1:]), ",") {
+			k, v, _ := strings.Cut(f, "=")
+			if k == "calls" || k == "rejected_calls" || k == "failed_calls" {
+				c, _ := strconv.ParseInt(v, 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
+}
+
+// TestScriptCacheFlushMidRunFailsNoDecision flushes the script cache in a
+// loop while goroutines evaluate: EVALSHA meets NOSCRIPT, rueidis falls
+// back to EVAL, and no call fails.
+func TestScriptCacheFlushMidRunFailsNoDecision(t *testing.T) {
+	cases := []struct {
+		name  string
+		setup func(t *testing.T) (*redis.Store, []string)
+	}{
+		{"standalone", func(t *testing.T) (*redis.Store, []string) {
+			srv, s := newDedicated(t, redis.Config{})
+			return s, []string{srv.Addr()}
+		}},
+		{"cluster", func(t *testing.T) (*redis.Store, []string) {
+			addrs := redistest.Cluster(t)
+			return newStore(t, topologies[1].cfg(t)), addrs
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, addrs := c.setup(t)
+			noscriptBefore := noscriptErrors(t, addrs)
+			ctx := t.Context()
+			stop := make(chan struct{})
+			var flushes atomic.Int64
+			var flusher sync.WaitGroup
+			flusher.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					for _, a := range addrs {
+						do(t, a, "SCRIPT", "FLUSH", "SYNC")
+					}
+					flushes.Add(1)
+					time.Sleep(time.Millisecond)
+				}
+			})
+			var calls, failures atomic.Int64
+			var firstErr atomic.Value
+			var workers sync.WaitGroup
+			deadline := time.Now().Add(700 * time.Millisecond)
+			for g := range 8 {
+				workers.Go(func() {
+					tg := tag(t)
+					limits := []domain.Limit{
+						{Key: fmt.Sprintf("flush:{%s}:%d:a", tg, g), Window: sliding(1_000_000, time.Hour), Cost: 1},
+						{Key: fmt.Sprintf("flush:{%s}:%d:b", tg, g), Window: gcra(1_000_000, time.Hour), Cost: 1},
+					}
+					for time.Now().Before(deadline) {
+						r, err := s.Evaluate(ctx, time.Now(), limits)
+						calls.Add(1)
+						if err != nil || !r.Allowed {
+							failures.Add(1)
+							firstErr.CompareAndSwap(nil, fmt.Sprintf("err=%v allowed=%t", err, r.Allowed))
+						}
+					}
+					for _, l := range limits {
+						_ = s.Reset(context.Background(), l.Key)
+					}
+				})
+			}
+			workers.Wait()
+			close(stop)
+			flusher.Wait()
+			noscript := noscriptErrors(t, addrs) - noscriptBefore
+			t.Logf("%d decisions, %d script cache flushes, %d NOSCRIPT replies recovered", calls.Load(), flushes.Load(), noscript)
+			require.Zero(t, failures.Load(), "first failure: %v", firstErr.Load())
+			require.Positive(t, noscript, "the flushes never hit an EVALSHA: the test proved nothing")
+		})
+	}
+}
+
+// noscriptErrors sums errorstat_NOSCRIPT over the nodes.
+func noscriptErrors(t testing.TB, addrs []string) int64 {
+	t.Helper()
+	var n int64
+	for _, a := range addrs {
+		stats := do(t, a, "INFO", "errorstats").(string)
+		for line := range strings.Lines(stats) {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "errorstat_NOSCRIPT:count="); ok {
+				c, _ := strconv.ParseInt(rest, 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
+}
+
+func TestUseServerTime(t *testing.T) {
+	srv, s := newDedicated(t, redis.Config{UseServerTime: true})
+	ctx := t.Context()
+	stale := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC) // ignored
+	limits := []domain.Limit{
+		{Key: "st:{x}:log", Window: sliding(2, time.Minute), Cost: 1},
+		{Key: "st:{x}:gcra", Window: gcra(2, time.Minute), Cost: 1},
+	}
+	before := time.Now()
+	r, err := s.Evaluate(ctx, stale, limits)
+	require.NoError(t, err)
+	after := time.Now()
+	require.True(t, r.Allowed)
+	assert.Equal(t, time.Minute, r.PerLimit[0].ResetAfter)
+
+	v := do(t, srv.Addr(), "ZRANGE", "st:{x}:log", "0", "-1", "WITHSCORES").([]any)
+	require.Len(t, v, 2)
+	score, err := strconv.ParseInt(v[1].(string), 10, 64)
+	require.NoError(t, err)
+	at := time.UnixMicro(score)
+	assert.False(t, at.Before(before.Add(-time.Second)) || at.After(after.Add(time.Second)),
+		"the unit was stamped %s, not by the server clock (between %s and %s)", at, before, after)
+
+	tat, err := strconv.ParseInt(do(t, srv.Addr(), "GET", "st:{x}:gcra").(string), 10, 64)
+	require.NoError(t, err)
+	assert.Equal(t, score+30_000_000, tat, "TAT = server now + one emission interval (30 s)")
+
+	// Its now ignored, a second and third request see the same log.
+	_, err = s.Evaluate(ctx, stale, limits)
+	require.NoError(t, err)
+	r, err = s.Evaluate(ctx, stale.Add(-time.Hour), limits)
+	require.NoError(t, err)
+	assert.False(t, r.Allowed)
+	assert.Equal(t, 0, r.Limiting)
+}
+
+func TestTimeoutMapsToErrStoreTimeout(t *testing.T) {
+	srv, s := newDedicated(t, redis.Config{Timeout: 30 * time.Millisecond})
+	limits := []domain.Limit{{Key: "to:{x}", Window: sliding(10, time.Minute), Cost: 1}}
+	_, err := s.Evaluate(t.Context(), time.Now(), limits)
+	require.NoError(t, err)
+
+	do(t, srv.Addr(), "CLIENT", "PAUSE", "400", "ALL")
+	start := time.Now()
+	_, err = s.Evaluate(t.Context(), time.Now(), limits)
+	elapsed := time.Since(start)
+	require.ErrorIs(t, err, domain.ErrStoreTimeout)
+	assert.Equal(t, domain.CodeStoreTimeout, domain.CodeOf(err))
+	assert.Less(t, elapsed, 250*time.Millisecond, "the store's deadline, not the pause, ended the call")
+
+	pctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, s.Prober().Probe(pctx), context.DeadlineExceeded, "a paused server fails the probe")
+
+	// Once the pause ends, the store answers again.
+	require.Eventually(t, func() bool {
+		_, err := s.Evaluate(t.Context(), time.Now(), limits)
+		return err == nil
+	}, 3*time.Second, 20*time.Millisecond)
+}
+
+func TestCallerContextWins(t *testing.T) {
+	srv, s := newDedicated(t, redis.Config{Timeout: 2 * time.Second})
+	limits := []domain.Limit{{Key: "cc:{x}", Window: sliding(10, time.Minute), Cost: 1}}
+	_, err := s.Evaluate(t.Context(), time.Now(), limits)
+	require.NoError(t, err)
+	do(t, srv.Addr(), "CLIENT", "PAUSE", "400", "ALL")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
+	defer cancel()
+	_, err = s.Evaluate(ctx, time.Now(), limits)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, err, domain.ErrStoreTimeout, "the caller's deadline is the caller's, not the store's")
+
+	ctx, cancel = context.WithCancel(t.Context())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	_, err = s.Evaluate(ctx, time.Now(), limits)
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestStoppedServerMapsToErrStoreUnavailable(t *testing.T) {
+	srv, s := newDedicated(t, redis.Config{})
+	ctx := t.Context()
+	limits := []domain.Limit{{Key: "down:{x}", Window: gcra(10, time.Minute), Cost: 1}}
+	_, err := s.Evaluate(ctx, time.Now(), limits)
+	require.NoError(t, err)
+	require.NoError(t, s.Prober().Probe(ctx))
+
+	require.NoError(t, srv.Stop())
+	_, err = s.Evaluate(ctx, time.Now(), limits)
+	require.ErrorIs(t, err, domain.ErrStoreUnavailable)
+	assert.NotErrorIs(t, err, domain.ErrStoreTimeout)
+	assert.Equal(t, domain.CodeStoreUnavailable, domain.CodeOf(err))
+	require.ErrorIs(t, s.Reset(ctx, "down:{x}"), domain.ErrStoreUnavailable)
+	require.ErrorIs(t, s.Prober().Probe(ctx), domain.ErrStoreUnavailable)
+
+	require.NoError(t, srv.Start())
+	require.Eventually(t, func() bool {
+		_, err := s.Evaluate(ctx, time.Now(), limits)
+		return err == nil
+	}, 3*time.Second, 20*time.Millisecond, "the store reconnects by itself")
+	require.NoError(t, s.Prober().Probe(ctx))
+}
+
+func TestStandaloneBootsDuringAnOutage(t *testing.T) {
+	srv := redistest.NewServer(t)
+	require.NoError(t, srv.Stop())
+
+	_, err := redis.New(redis.Config{Addrs: []string{srv.Addr()}})
+	require.ErrorIs(t, err, domain.ErrStoreUnavailable, "auto-detection needs an answer")
+
+	s := newStore(t, redis.Config{Addrs: []string{srv.Addr()}, Mode: redis.ModeStandalone})
+	limits := []domain.Limit{{Key: "boot:{x}", Window: sliding(10, time.Minute), Cost: 1}}
+	_, err = s.Evaluate(t.Context(), time.Now(), limits)
+	require.ErrorIs(t, err, domain.ErrStoreUnavailable)
+
+	require.NoError(t, srv.Start())
+	require.Eventually(t, func() bool {
+		r, err := s.Evaluate(t.Context(), time.Now(), limits)
+		return err == nil && r.Allowed
+	}, 3*time.Second, 20*time.Millisecond)
+}
+
+func TestModeClusterRefusesAStandaloneServer(t *testing.T) {
+	_, err := redis.New(redis.Config{Addrs: []string{redistest.Standalone(t)}, Mode: redis.ModeCluster})
+	require.ErrorIs(t, err, domain.ErrInvalidConfig)
+}
+
+func TestClosedStore(t *testing.T) {
+	s, err := redis.New(topologies[0].cfg(t))
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close(), "Close is idempotent")
+	limits := []domain.Limit{{Key: "closed:{x}", Window: sliding(1, time.Minute), Cost: 1}}
+	_, err = s.Evaluate(t.Context(), time.Now(), limits)
+	require.ErrorIs(t, err, domain.ErrStoreClosed)
+	_, err = s.Peek(t.Context(), time.Now(), limits)
+	require.ErrorIs(t, err, domain.ErrStoreClosed)
+	require.ErrorIs(t, s.Reset(t.Context(), "closed:{x}"), domain.ErrStoreClosed)
+	require.ErrorIs(t, s.Prober().Probe(t.Context()), domain.ErrStoreClosed)
+	_, err = s.CheckMaxMemory(t.Context(), 1)
+	require.ErrorIs(t, err, domain.ErrStoreClosed)
+}
+
+func TestWithClientLeavesTheClientOpen(t *testing.T) {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{redistest.Standalone(t)}, DisableCache: true})
+	require.NoError(t, err)
+	defer c.Close()
+	s := newStore(t, redis.Config{}, redis.WithClient(c))
+	r, err := s.Evaluate(t.Context(), time.Now(), []domain.Limit{{Key: "wc:{" + tag(t) + "}", Window: gcra(1, time.Second), Cost: 1}})
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	require.NoError(t, s.Close())
+	require.NoError(t, c.Do(t.Context(), c.B().Ping().Build()).Error())
+}
+
+// TestKeyOfTheWrongTypeCountsAsEmpty: a window whose algorithm changed
+// between deploys finds a key of the other type; it starts afresh instead
+// of failing every decision until the key expires.
+func TestKeyOfTheWrongTypeCountsAsEmpty(t *testing.T) {
+	addr := redistest.Standalone(t)
+	s := newStore(t, topologies[0].cfg(t))
+	ctx := t.Context()
+	key := "wt:{" + tag(t) + "}"
+	t.Cleanup(func() { _ = s.Reset(context.Background(), key) })
+	now := time.Now()
+
+	r, err := s.Evaluate(ctx, now, []domain.Limit{{Key: key, Window: gcra(2, time.Minute), Cost: 1}})
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	l := domain.Limit{Key: key, Window: sliding(2, time.Minute), Cost: 1}
+	r, err = s.Peek(ctx, now, []domain.Limit{l})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), r.Remaining)
+	assert.Equal(t, "string", do(t, addr, "TYPE", key), "a peek replaces nothing")
+	for range 2 {
+		r, err = s.Evaluate(ctx, now, []domain.Limit{l})
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+	}
+	r, err = s.Evaluate(ctx, now, []domain.Limit{l})
+	require.NoError(t, err)
+	require.False(t, r.Allowed)
+	assert.Equal(t, "zset", do(t, addr, "TYPE", key))
+}
+
+// TestLargeCostSlidingLog adds more members than one ZADD batch holds.
+func TestLargeCostSlidingLog(t *testing.T) {
+	addr := redistest.Standalone(t)
+	s := newStore(t, topologies[0].cfg(t))
+	key := "big:{" + tag(t) + "}"
+	t.Cleanup(func() { _ = s.Reset(context.Background(), key) })
+	w := sliding(3000, time.Minute)
+	r, err := s.Evaluate(t.Context(), time.Now(), []domain.Limit{{Key: key, Window: w, Cost: 1234}})
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	assert.Equal(t, int64(3000-1234), r.Remaining)
+	assert.Equal(t, int64(1234), do(t, addr, "ZCARD", key))
+}
+
+// TestMemoryUsage measures what one key costs the server, for capacity
+// planning (docs and the final report quote these figures).
+func TestMemoryUsage(t *testing.T) {
+	srv, s := newDedicated(t, redis.Config{})
+	ctx := t.Context()
+	now := time.Now()
+	fill := func(key string, w domain.Window) int64 {
+		for i := range w.Limit {
+			// Distinct instants: the worst case, one member per unit.
+			r, err := s.Evaluate(ctx, now.Add(time.Duration(i)*time.Microsecond), []domain.Limit{{Key: key, Window: w, Cost: 1}})
+			require.NoError(t, err)
+			require.True(t, r.Allowed)
+		}
+		return do(t, srv.Addr(), "MEMORY", "USAGE", key, "SAMPLES", "0").(int64)
+	}
+	key := "rl:{0123456789abcdef0123456789abcdef}:user:0123456789abcdef0123456789abcdef:profile:"
+	log100 := fill(key+"sustained", sliding(100, time.Minute))
+	log1000 := fill(key+"burst", sliding(1000, time.Minute))
+	r, err := s.Evaluate(ctx, now, []domain.Limit{{Key: key + "gcra", Window: gcra(100, time.Minute), Cost: 1}})
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	g := do(t, srv.Addr(), "MEMORY", "USAGE", key+"gcra", "SAMPLES", "0").(int64)
+	t.Logf("MEMORY USAGE (key of %d bytes): sliding log at limit 100: %d B (%.1f B/unit); at limit 1000: %d B (%.1f B/unit); GCRA: %d B",
+		len(key)+9, log100, float64(log100)/100, log1000, float64(log1000)/1000, g)
+	assert.Less(t, g, int64(200))
+}
+
+func TestProber(t *testing.T) {
+	for _, topo := range topologies {
+		t.Run(topo.name, func(t *testing.T) {
+			s := newStore(t, topo.cfg(t))
+			p := s.Prober()
+			require.NoError(t, p.Probe(t.Context()))
+			mem, err := p.Memory(t.Context())
+			require.NoError(t, err)
+			want := 1
+			if topo.name == "cluster" {
+				want = 3
+			}
+			require.Len(t, mem, want)
+			for _, m := range mem {
+				assert.Positive(t, m.UsedBytes)
+				assert.Equal(t, "noeviction", m.Policy)
+			}
+		})
+	}
+}
+
+func TestCheckMaxMemory(t *testing.T) {
+	const budget = 64 << 20
+	srv, s := newDedicated(t, redis.Config{})
+	ctx := t.Context()
+
+	do(t, srv.Addr(), "CONFIG", "SET", "maxmemory", strconv.Itoa(budget/2))
+	rep, err := s.CheckMaxMemory(ctx, budget)
+	require.NoError(t, err)
+	require.False(t, rep.OK())
+	require.Len(t, rep.Nodes, 1)
+	assert.Equal(t, int64(budget/2), rep.Nodes[0].MaxMemoryBytes)
+	assert.Contains(t, rep.Warnings[0], "below the budget")
+
+	do(t, srv.Addr(), "CONFIG", "SET", "maxmemory", strconv.Itoa(budget*2))
+	rep, err = s.CheckMaxMemory(ctx, budget)
+	require.NoError(t, err)
+	assert.True(t, rep.OK(), "%v", rep.Warnings)
+
+	do(t, srv.Addr(), "CONFIG", "SET", "maxmemory", "0")
+	rep, err = s.CheckMaxMemory(ctx, budget)
+	require.NoError(t, err)
+	assert.True(t, rep.OK(), "maxmemory 0 is no limit: %v", rep.Warnings)
+
+	do(t, srv.Addr(), "CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+	rep, err = s.CheckMaxMemory(ctx, budget)
+	require.NoError(t, err)
+	require.False(t, rep.OK())
+	assert.Contains(t, rep.Warnings[0], "allkeys-lru")
+
+	_, err = s.CheckMaxMemory(ctx, -1)
+	require.ErrorIs(t, err, domain.ErrInvalidConfig)
+
+	t.Run("Unreadable", func(t *testing.T) {
+		// Managed services often disable CONFIG: a warning, not a failure.
+		srv, s := newDedicated(t, redis.Config{}, "--rename-command", "CONFIG", "")
+		rep, err := s.CheckMaxMemory(t.Context(), budget)
+		require.NoError(t, err)
+		require.False(t, rep.OK())
+		require.Len(t, rep.Nodes, 1)
+		assert.Error(t, rep.Nodes[0].Err)
+		assert.Contains(t, rep.Warnings[0], "unreadable")
+		require.NoError(t, s.Prober().Probe(t.Context()), "the probe needs no CONFIG")
+
+		require.NoError(t, srv.Stop())
+		rep, err = s.CheckMaxMemory(t.Context(), budget)
+		require.NoError(t, err, "an unreachable server is a warning at boot")
+		assert.False(t, rep.OK())
+	})
+}
+
+func TestConfigValidate(t *testing.T) {
+	cases := []struct {
+		name  string
+		cfg   redis.Config
+		field string
+	}{
+		{"NoAddress", redis.Config{}, "redis.addrs"},
+		{"AddrsAndURL", redis.Config{Addrs: []string{"a:1"}, URL: "redis://a:1"}, "redis.url"},
+		{"BadURL", redis.Config{URL: "http://a:1"}, "redis.url"},
+		{"EmptyAddr", redis.Config{Addrs: []string{""}}, "redis.addrs[0]"},
+		{"NegativeTimeout", redis.Config{Addrs: []string{"a:1"}, Timeout: -1}, "redis.timeout"},
+		{"NegativeDialTimeout", redis.Config{Addrs: []string{"a:1"}, DialTimeout: -1}, "redis.dial_timeout"},
+		{"SubMillisecondMinTTL", redis.Config{Addrs: []string{"a:1"}, MinTTL: time.Microsecond}, "redis.min_ttl"},
+		{"ClusterDB", redis.Config{Addrs: []string{"a:1"}, Mode: redis.ModeCluster, DB: 1}, "redis.db"},
+		{"UnknownMode", redis.Config{Addrs: []string{"a:1"}, Mode: 9}, "redis.mode"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := c.cfg.Validate()
+			var ce *domain.ConfigError
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, c.field, ce.Field)
+			_, err = redis.New(c.cfg)
+			require.ErrorIs(t, err, domain.ErrInvalidConfig)
+		})
+	}
+	require.NoError(t, redis.Config{URL: "redis://user:pw@127.0.0.1:6379/2"}.Validate())
+}
