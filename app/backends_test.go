@@ -96,6 +96,12 @@ func newLocal(t testing.TB) *local.Store {
 func newBackendRig(t *testing.T, b backend, mutate func(*app.Config)) (r *rig, down, up func(*testing.T)) {
 	t.Helper()
 	cfg := testConfig()
+	// A real server's first calls (connection, script load) may take longer
+	// than the production 50 ms on a loaded CI machine under the race
+	// detector; a spurious timeout would open the breaker and hide the
+	// store behind the fallback. Tests about outages stop the server, which
+	// fails fast, or set their own deadline.
+	cfg.StoreTimeout = 2 * time.Second
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -115,4 +121,3 @@ func forEachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 func causeOfOutage(c domain.Cause) bool {
 	return c == domain.CauseStoreUnavailable || c == domain.CauseStoreTimeout
 }
-

@@ -78,7 +78,7 @@ func TestHealthTransitions(t *testing.T) {
 // breaker between probes; recovery then follows the probes.
 func TestInBandFailuresOpenTheBreaker(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		r, down, up := newBackendRig(t, b, func(c *app.Config) { c.StoreTimeout = 200 * time.Millisecond })
+		r, down, up := newBackendRig(t, b, nil)
 		req := app.Request{Route: routeExport, ClientIP: rawIP}
 		down(t)
 		for i := range 4 {

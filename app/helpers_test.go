@@ -234,7 +234,12 @@ func newRigProber(t *testing.T, cfg app.Config, primary *faultyStore, prober por
 		Clock:    r.clock,
 		Prober:   prober,
 		Recorder: r.rec,
-	}, func() { r.ticks <- struct{}{} })
+	}, func() {
+		select {
+		case r.ticks <- struct{}{}:
+		default: // nobody is waiting for this many ticks
+		}
+	})
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
 	}
@@ -261,6 +266,9 @@ func (r *rig) eval(t *testing.T, req app.Request) domain.Decision {
 // health loop has processed the tick.
 func (r *rig) tick(t *testing.T) domain.SystemState {
 	t.Helper()
+	for len(r.ticks) > 0 {
+		<-r.ticks // forget ticks of earlier clock moves
+	}
 	r.clock.Advance(r.l.Config().ProbeInterval)
 	select {
 	case <-r.ticks:

@@ -291,7 +291,10 @@ func TestMemoryCheckWarnings(t *testing.T) {
 		return l
 	}
 	var gotBudget int64
-	l := newL(64, func(_ context.Context, b int64) ([]string, error) { gotBudget = b; return []string{"maxmemory below budget"}, nil })
+	l := newL(64, func(_ context.Context, b int64) ([]string, error) {
+		gotBudget = b
+		return []string{"maxmemory below budget"}, nil
+	})
 	assert.Equal(t, int64(64<<20), gotBudget)
 	assert.Equal(t, []string{"maxmemory below budget"}, l.Warnings())
 	assert.Empty(t, newL(64, func(context.Context, int64) ([]string, error) { return nil, nil }).Warnings())
