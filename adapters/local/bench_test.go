@@ -1,0 +1,128 @@
+package local
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/domain"
+)
+
+// benchWindows are the windows the benchmarks run: limits and steps chosen
+// so that the steady state is an allowed decision (the common case) with a
+// sliding log of about ten units, and so that now advances by 100µs per
+// decision, like a busy key: the store records a new latest instant every
+// tenth decision and sweeps once per 600000.
+var benchWindows = []struct {
+	name string
+	w    domain.Window
+	step time.Duration // how far now advances per decision on one key
+}{
+	{"sliding_log", sliding(10, time.Millisecond), 100 * time.Microsecond},
+	{"gcra", gcra(10, time.Millisecond), 100 * time.Microsecond},
+}
+
+// benchLimits returns n limits on distinct keys under w, with prefix
+// setting one goroutine's keys apart.
+func benchLimits(prefix string, n int, w domain.Window) []domain.Limit {
+	limits := make([]domain.Limit, n)
+	for i := range limits {
+		limits[i] = lim(fmt.Sprintf("rl:{tenant}:%s:dim%d:route:burst", prefix, i), w, 1)
+	}
+	return limits
+}
+
+func benchEvaluate(b *testing.B, keys int) {
+	for _, bw := range benchWindows {
+		b.Run(bw.name+"/serial", func(b *testing.B) {
+			st := newStore(b, Config{})
+			limits := benchLimits("serial", keys, bw.w)
+			ctx := b.Context()
+			now := t0
+			// Warm up: the keys' Sets land in ristretto, so the loop
+			// measures the steady state (a cache hit).
+			for range 100 {
+				now = now.Add(bw.step)
+				_, _ = st.Evaluate(ctx, now, limits)
+			}
+			st.cache.Wait()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				now = now.Add(bw.step)
+				r, err := st.Evaluate(ctx, now, limits)
+				if err != nil || !r.Allowed {
+					b.Fatalf("Evaluate = %+v, %v", r.Allowed, err)
+				}
+			}
+		})
+		b.Run(bw.name+"/parallel", func(b *testing.B) {
+			st := newStore(b, Config{})
+			ctx := b.Context()
+			var worker atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				// One set of keys per goroutine: distinct users hitting
+				// the store at once.
+				limits := benchLimits(fmt.Sprint("g", worker.Add(1)), keys, bw.w)
+				now := t0
+				for pb.Next() {
+					now = now.Add(bw.step)
+					if _, err := st.Evaluate(ctx, now, limits); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkEvaluate1Key measures a one-key decision on a cached key.
+func BenchmarkEvaluate1Key(b *testing.B) { benchEvaluate(b, 1) }
+
+// BenchmarkEvaluate9Keys measures the largest decision sluice sends: four
+// dimensions times two windows plus the tenant-global key.
+func BenchmarkEvaluate9Keys(b *testing.B) { benchEvaluate(b, 9) }
+
+// BenchmarkPeek1Key measures a one-key Peek on a cached key.
+func BenchmarkPeek1Key(b *testing.B) {
+	st := newStore(b, Config{})
+	limits := benchLimits("peek", 1, gcra(10, time.Second))
+	ctx := b.Context()
+	_, _ = st.Evaluate(ctx, t0, limits)
+	st.cache.Wait()
+	_, _ = st.Peek(ctx, t0, limits)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := st.Peek(ctx, t0, limits); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkEvaluateNewKeys measures the slow path: every decision creates
+// its key (a directory insert and a ristretto Set).
+func BenchmarkEvaluateNewKeys(b *testing.B) {
+	st := newStore(b, Config{})
+	w := gcra(10, time.Second)
+	ctx := b.Context()
+	keys := make([]string, 1<<16)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("rl:{tenant}:ip:%016x:route:burst", i)
+	}
+	limits := []domain.Limit{lim("", w, 1)}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		// Keys repeat after 65536 decisions, a second apart, so most of
+		// them are new to the store (or forgotten as idle).
+		limits[0].Key = keys[i%len(keys)]
+		if _, err := st.Evaluate(ctx, t0.Add(time.Duration(i)*time.Second), limits); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}

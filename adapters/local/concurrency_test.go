@@ -1,0 +1,291 @@
+package local
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/domain"
+)
+
+// Caches for the concurrency tests. tinyCache fits no entry at all, so
+// ristretto refuses every Set and every key lives in the pending list;
+// smallCache fits a handful, so ristretto admits, evicts and refuses all the
+// time. Both keep enough pending room that no live state may be dropped.
+var (
+	tinyCache  = Config{MaxCost: 1, MaxPendingCost: 4 << 20}
+	smallCache = Config{MaxCost: 4 << 10, MaxPendingCost: 4 << 20}
+)
+
+// TestOneKeyUnderContention releases 64 goroutines together on one key with
+// a limit of 50: exactly 50 requests pass, whatever ristretto does with the
+// key's Sets.
+func TestOneKeyUnderContention(t *testing.T) {
+	const workers, limit = 64, 50
+	configs := []struct {
+		name string
+		cfg  Config
+	}{{"default cache", Config{}}, {"tiny cache", tinyCache}, {"small cache", smallCache}}
+	for _, c := range configs {
+		for _, w := range []domain.Window{sliding(limit, time.Minute), gcra(limit, time.Minute)} {
+			t.Run(c.name+"/"+w.Algorithm.String(), func(t *testing.T) {
+				st := newStore(t, c.cfg)
+				l := []domain.Limit{lim("hot", w, 1)}
+				var passed atomic.Int64
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				for range workers {
+					wg.Go(func() {
+						<-start
+						for range 4 {
+							// One instant for all: nothing leaves the window
+							// and GCRA refills nothing during the test.
+							r, err := st.Evaluate(t.Context(), at(0), l)
+							if !assert.NoError(t, err) {
+								return
+							}
+							if r.Allowed {
+								passed.Add(1)
+							}
+						}
+					})
+				}
+				close(start)
+				wg.Wait()
+				assert.Equal(t, int64(limit), passed.Load())
+				stats := st.Stats()
+				assert.Zero(t, stats.Dropped, "no state may be dropped with pending room left")
+				if c.cfg == tinyCache {
+					assert.NotZero(t, stats.Rejected+stats.SetsDropped, "the tiny cache should refuse the key's Set")
+				}
+			})
+		}
+	}
+}
+
+// TestRefusedAndEvictedSetsNeverForkAKey drives many goroutines over many
+// keys through a cache that fits a handful of entries, so that ristretto
+// refuses, evicts and drops Sets throughout, and checks that no key ever
+// admits more than its limit: a forked or lost state would admit more.
+func TestRefusedAndEvictedSetsNeverForkAKey(t *testing.T) {
+	const (
+		workers = 16
+		keys    = 256
+		limit   = 20
+		rounds  = 24 // every worker visits every key this many times
+	)
+	for _, cfg := range []Config{tinyCache, smallCache} {
+		for _, w := range []domain.Window{sliding(limit, time.Hour), gcra(limit, time.Hour)} {
+			t.Run(fmt.Sprintf("max cost %d/%s", cfg.MaxCost, w.Algorithm), func(t *testing.T) {
+				st := newStore(t, cfg, WithCacheMetrics())
+				var passed [keys]atomic.Int64
+				names := make([]string, keys)
+				for k := range names {
+					names[k] = fmt.Sprintf("rl:{t}:user:%04d:r:w", k)
+				}
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				for g := range workers {
+					wg.Go(func() {
+						<-start
+						for r := range rounds {
+							for i := range keys {
+								// Each worker walks the keys from its own
+								// offset, so every key is contended.
+								k := (i*7 + g*31 + r) % keys
+								// Two keys per request: all-or-nothing must hold
+								// across them too.
+								k2 := (k + 1) % keys
+								res, err := st.Evaluate(t.Context(), at(time.Duration(r)*time.Millisecond),
+									[]domain.Limit{lim(names[k], w, 1), lim(names[k2], w, 1)})
+								if !assert.NoError(t, err) {
+									return
+								}
+								if res.Allowed {
+									passed[k].Add(1)
+									passed[k2].Add(1)
+								}
+							}
+						}
+					})
+				}
+				close(start)
+				wg.Wait()
+				for k := range passed {
+					require.LessOrEqual(t, passed[k].Load(), int64(limit), "key %d admitted more than its limit", k)
+				}
+				// Every key's state is intact: peeking shows exactly what the
+				// goroutines consumed.
+				for k, name := range names {
+					r, err := st.Peek(t.Context(), at(time.Second), []domain.Limit{lim(name, w, 1)})
+					require.NoError(t, err)
+					require.Equal(t, limit-passed[k].Load(), r.Remaining, "key %d", k)
+				}
+				stats := st.Stats()
+				assert.Zero(t, stats.Dropped)
+				assert.NotZero(t, stats.Rejected+stats.Evicted+stats.SetsDropped,
+					"ristretto refused nothing: the test proves nothing")
+				t.Logf("stats %+v, ristretto: %s", stats, st.CacheMetrics())
+			})
+		}
+	}
+}
+
+// TestIdleKeysAreSweptLiveKeysKept checks that the sweep forgets idle keys
+// and keeps a key whose last unit is still inside its window.
+func TestIdleKeysAreSweptLiveKeysKept(t *testing.T) {
+	for _, cfg := range []Config{{}, tinyCache} {
+		t.Run(fmt.Sprintf("max cost %d", cfg.MaxCost), func(t *testing.T) {
+			st := newStore(t, cfg)
+			short, long := sliding(2, time.Minute), sliding(2, 2*time.Hour)
+			for i := range 100 {
+				_, err := st.Evaluate(t.Context(), at(0), []domain.Limit{lim(fmt.Sprintf("idle-%d", i), short, 1)})
+				require.NoError(t, err)
+			}
+			for _, l := range []domain.Limit{lim("live-log", long, 2), lim("live-gcra", gcra(2, 2*time.Hour), 2)} {
+				_, err := st.Evaluate(t.Context(), at(0), []domain.Limit{l})
+				require.NoError(t, err)
+			}
+			require.Equal(t, 102, st.Stats().Entries)
+
+			// An hour later the short keys are idle, the long ones are not.
+			_, err := st.Peek(t.Context(), at(time.Hour), []domain.Limit{lim("other", short, 1)})
+			require.NoError(t, err)
+			st.sweep()
+			assert.Equal(t, 2, st.Stats().Entries)
+			assert.GreaterOrEqual(t, st.Stats().Expired, uint64(100))
+			assert.Zero(t, st.Stats().Dropped)
+
+			// GCRA has refilled one unit of two in the hour, so ask for two.
+			for _, l := range []domain.Limit{lim("live-log", long, 1), lim("live-gcra", gcra(2, 2*time.Hour), 2)} {
+				r, err := st.Evaluate(t.Context(), at(time.Hour), []domain.Limit{l})
+				require.NoError(t, err)
+				assert.False(t, r.Allowed, "%s lost its state in the sweep", l.Key)
+			}
+			r, err := st.Evaluate(t.Context(), at(time.Hour), []domain.Limit{lim("idle-7", short, 2)})
+			require.NoError(t, err)
+			assert.True(t, r.Allowed)
+		})
+	}
+}
+
+// TestPendingOverflowDropsOldestLiveState shows the one documented loss:
+// when ristretto holds nothing and the pending bytes are exhausted, the
+// oldest pending entries are forgotten, and counted.
+func TestPendingOverflowDropsOldestLiveState(t *testing.T) {
+	st := newStore(t, Config{MaxCost: 1, MaxPendingCost: numShards * 4 << 10})
+	w := gcra(1, time.Hour)
+	for i := range 10000 {
+		_, err := st.Evaluate(t.Context(), at(0), []domain.Limit{lim(fmt.Sprintf("k%05d", i), w, 1)})
+		require.NoError(t, err)
+	}
+	stats := st.Stats()
+	assert.NotZero(t, stats.Dropped)
+	assert.LessOrEqual(t, stats.PendingBytes, int64(numShards*4<<10))
+	assert.Less(t, stats.Entries, 10000)
+	// The newest key kept its state.
+	r, err := st.Evaluate(t.Context(), at(0), []domain.Limit{lim("k09999", w, 1)})
+	require.NoError(t, err)
+	assert.False(t, r.Allowed)
+}
+
+// TestMillionKeysStayWithinTheMemoryBound floods the store with a million
+// distinct live keys and checks that the live heap (HeapAlloc after a full
+// GC) stays under MaxCost plus MaxPendingCost plus a 12 MiB slack: 2 MiB of
+// ristretto admission counters for this MaxCost, up to about 9 MiB of
+// entries whose Set still waits in ristretto's 32768-slot buffer right after
+// the flood, and map headroom. Most of the million keys lose their state:
+// that is the documented price of the bound, and Stats counts it. HeapInuse
+// is logged too: after such churn it also holds the free slots of partly
+// used spans, which the Go runtime reuses later.
+//
+// Under the race detector, which makes every new entry some ten times
+// dearer, the flood is a quarter of a million keys: still four times what
+// the cache can hold.
+func TestMillionKeysStayWithinTheMemoryBound(t *testing.T) {
+	keys := 1_000_000
+	if raceEnabled {
+		keys = 250_000
+	}
+	const (
+		maxCost = 32 << 20
+		pending = 4 << 20
+		slack   = 12 << 20
+		workers = 2
+	)
+	perGroup := keys / workers
+	base := heapStats()
+	st := newStore(t, Config{MaxCost: maxCost, MaxPendingCost: pending})
+	windows := []domain.Window{gcra(10, time.Hour), sliding(10, time.Hour)}
+	var wg sync.WaitGroup
+	for g := range workers {
+		wg.Go(func() {
+			buf := make([]byte, 0, 64)
+			for i := range perGroup {
+				buf = fmt.Appendf(buf[:0], "rl:{tenant-%03d}:ip:%016x:route:burst", i%997, g*perGroup+i)
+				l := []domain.Limit{lim(string(buf), windows[i%2], 1)}
+				if _, err := st.Evaluate(t.Context(), at(time.Duration(i)*time.Microsecond), l); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	after := heapStats()
+	live := after.HeapAlloc - min(base.HeapAlloc, after.HeapAlloc)
+	stats := st.Stats()
+	t.Logf("live heap above baseline %.1f MiB (bound %d MiB + pending %d MiB + slack %d MiB), heap in use %.1f MiB, cache cost used %.1f MiB; %+v",
+		mib(live), maxCost>>20, pending>>20, slack>>20, mib(after.HeapInuse-min(base.HeapInuse, after.HeapInuse)),
+		mib(uint64(st.cache.MaxCost()-st.cache.RemainingCost())), stats)
+	assert.Less(t, live, uint64(maxCost+pending+slack))
+	assert.LessOrEqual(t, stats.PendingBytes, int64(pending))
+	runtime.KeepAlive(st)
+}
+
+func heapStats() runtime.MemStats {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m
+}
+
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+// TestIdleGraceProtectsLaggingCallers checks that a key trivial at the
+// latest instant, but not at a lagging caller's instant, survives both the
+// sweep and ristretto's refusals while the lag is within IdleGrace.
+func TestIdleGraceProtectsLaggingCallers(t *testing.T) {
+	for _, cfg := range []Config{{IdleGrace: time.Minute}, {MaxCost: 1, IdleGrace: time.Minute}} {
+		t.Run(fmt.Sprintf("max cost %d", cfg.MaxCost), func(t *testing.T) {
+			st := newStore(t, cfg)
+			w := gcra(2, 10*time.Second) // TAT after the burst: t0+10s
+			l := []domain.Limit{lim("lagging", w, 2)}
+			r, err := st.Evaluate(t.Context(), at(0), l)
+			require.NoError(t, err)
+			require.True(t, r.Allowed)
+
+			// Another caller is 50s ahead: the key is trivial there, but
+			// not for 60s yet.
+			_, err = st.Evaluate(t.Context(), at(60*time.Second), []domain.Limit{lim("ahead", w, 1)})
+			require.NoError(t, err)
+			st.sweep()
+			r, err = st.Evaluate(t.Context(), at(time.Second), l)
+			require.NoError(t, err)
+			assert.False(t, r.Allowed, "a key live for the lagging caller was forgotten")
+
+			// Past the grace, the key is forgotten.
+			_, err = st.Evaluate(t.Context(), at(80*time.Second), []domain.Limit{lim("ahead", w, 1)})
+			require.NoError(t, err)
+			st.sweep()
+			assert.Equal(t, 1, st.Stats().Entries)
+		})
+	}
+}

@@ -1,0 +1,398 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/domain"
+)
+
+// t0 is the epoch of every timeline: a fixed instant, never the wall clock.
+var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+func newStore(t testing.TB, cfg Config, opts ...Option) *Store {
+	t.Helper()
+	s, err := New(cfg, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func sliding(limit int64, period time.Duration) domain.Window {
+	return domain.Window{Name: "w", Limit: limit, Period: period, Algorithm: domain.SlidingLog}
+}
+
+func gcra(limit int64, period time.Duration) domain.Window {
+	return domain.Window{Name: "w", Limit: limit, Period: period, Algorithm: domain.GCRA}
+}
+
+func lim(key string, w domain.Window, cost int64) domain.Limit {
+	return domain.Limit{Key: key, Window: w, Cost: cost}
+}
+
+// step is one request of a single-key timeline.
+type step struct {
+	at   time.Duration
+	cost int64
+	peek bool
+	want domain.LimitStatus
+}
+
+func allowed(remaining int64, reset time.Duration) domain.LimitStatus {
+	return domain.LimitStatus{Allowed: true, Remaining: remaining, ResetAfter: reset}
+}
+
+func refused(remaining int64, retry, reset time.Duration) domain.LimitStatus {
+	return domain.LimitStatus{Remaining: remaining, RetryAfter: retry, ResetAfter: reset}
+}
+
+func TestTimelines(t *testing.T) {
+	ms, s := time.Millisecond, time.Second
+	tests := []struct {
+		name   string
+		window domain.Window
+		steps  []step
+	}{
+		{
+			name:   "sliding log admits exactly the limit then slides",
+			window: sliding(3, 10*s),
+			steps: []step{
+				{at: 0, cost: 1, want: allowed(2, 10*s)},
+				{at: 1 * s, cost: 1, want: allowed(1, 10*s)},
+				{at: 2 * s, cost: 1, want: allowed(0, 10*s)},
+				// The oldest unit (t0) leaves at t0+10s; the newest at t0+12s.
+				{at: 3 * s, cost: 1, want: refused(0, 7*s, 9*s)},
+				{at: 10*s - time.Microsecond, cost: 1, want: refused(0, time.Microsecond, 2*s+time.Microsecond)},
+				// (now-Period, now]: the unit admitted at t0 is out at t0+10s.
+				{at: 10 * s, cost: 1, want: allowed(0, 10*s)},
+				{at: 10 * s, cost: 1, want: refused(0, 1*s, 10*s)},
+				{at: 11 * s, cost: 1, want: allowed(0, 10*s)},
+			},
+		},
+		{
+			name:   "sliding log cost above one",
+			window: sliding(10, time.Minute),
+			steps: []step{
+				{at: 0, cost: 4, want: allowed(6, time.Minute)},
+				{at: 10 * s, cost: 4, want: allowed(2, time.Minute)},
+				// Needs 2 more units: the 4 of t0 leave at t0+60s.
+				{at: 20 * s, cost: 4, want: refused(2, 40*s, 50*s)},
+				{at: 20 * s, cost: 2, want: allowed(0, time.Minute)},
+				// Needs 10 units back: every unit up to t0+20s must leave.
+				{at: 30 * s, cost: 10, want: refused(0, 50*s, 50*s)},
+				{at: 30 * s, cost: 1, peek: true, want: refused(0, 30*s, 50*s)},
+			},
+		},
+		{
+			name:   "gcra burst of the limit then one unit per emission interval",
+			window: gcra(4, s), // T = 250ms
+			steps: []step{
+				{at: 0, cost: 1, want: allowed(3, 250*ms)},
+				{at: 0, cost: 1, want: allowed(2, 500*ms)},
+				{at: 0, cost: 1, want: allowed(1, 750*ms)},
+				{at: 0, cost: 1, want: allowed(0, s)},
+				{at: 0, cost: 1, want: refused(0, 250*ms, s)},
+				{at: 250*ms - time.Microsecond, cost: 1, want: refused(0, time.Microsecond, 750*ms+time.Microsecond)},
+				{at: 250 * ms, cost: 1, want: allowed(0, s)},
+				{at: 2 * s, cost: 1, peek: true, want: allowed(4, 0)},
+				{at: 2 * s, cost: 3, want: allowed(1, 750*ms)},
+				{at: 2 * s, cost: 2, want: refused(1, 250*ms, 750*ms)},
+			},
+		},
+		{
+			name:   "gcra truncates the emission interval to the microsecond",
+			window: gcra(3, s), // T = 333333µs
+			steps: []step{
+				{at: 0, cost: 3, want: allowed(0, 999999*time.Microsecond)},
+				{at: 0, cost: 1, want: refused(0, 333333*time.Microsecond, 999999*time.Microsecond)},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newStore(t, Config{})
+			for i, sp := range tc.steps {
+				l := []domain.Limit{lim("k", tc.window, sp.cost)}
+				call := st.Evaluate
+				if sp.peek {
+					call = st.Peek
+				}
+				r, err := call(t.Context(), at(sp.at), l)
+				require.NoError(t, err, "step %d", i)
+				assert.Equal(t, sp.want, r.PerLimit[0], "step %d at t0+%v", i, sp.at)
+				assert.Equal(t, sp.want.Allowed, r.Allowed, "step %d", i)
+				assert.Equal(t, sp.want.Remaining, r.Remaining, "step %d", i)
+				assert.Equal(t, 1, r.N)
+			}
+		})
+	}
+}
+
+func TestAllOrNothingAcrossNineKeys(t *testing.T) {
+	for _, refusing := range []int{0, 3, 8} {
+		t.Run(fmt.Sprintf("refusing key %d", refusing), func(t *testing.T) {
+			st := newStore(t, Config{})
+			limits := make([]domain.Limit, 9)
+			for i := range limits {
+				w := sliding(5, time.Minute)
+				if i%2 == 1 {
+					w = gcra(5, time.Minute)
+				}
+				// Keys out of sorted order, so the lock order differs from
+				// the request order.
+				limits[i] = lim(fmt.Sprintf("k%d", 8-i), w, 2)
+			}
+			// Exhaust one key alone.
+			solo := limits[refusing]
+			solo.Cost = 5
+			r, err := st.Evaluate(t.Context(), at(0), []domain.Limit{solo})
+			require.NoError(t, err)
+			require.True(t, r.Allowed)
+
+			r, err = st.Evaluate(t.Context(), at(time.Second), limits)
+			require.NoError(t, err)
+			assert.False(t, r.Allowed)
+			assert.Equal(t, refusing, r.Limiting)
+			assert.Equal(t, 9, r.N)
+			assert.Equal(t, int64(0), r.Remaining)
+			for i, ps := range r.Statuses() {
+				assert.Equal(t, i != refusing, ps.Allowed, "limit %d", i)
+			}
+
+			// Nothing was consumed on the eight others.
+			for i, l := range limits {
+				if i == refusing {
+					continue
+				}
+				p, err := st.Peek(t.Context(), at(time.Second), []domain.Limit{l})
+				require.NoError(t, err)
+				assert.Equal(t, int64(5), p.Remaining, "key %s consumed by a refused request", l.Key)
+			}
+
+			// Once the refusing key recovers, all nine consume together.
+			limits[refusing].Cost = 1
+			r, err = st.Evaluate(t.Context(), at(2*time.Minute), limits)
+			require.NoError(t, err)
+			assert.True(t, r.Allowed)
+			for i, ps := range r.Statuses() {
+				want := int64(3)
+				if i == refusing {
+					want = 4
+				}
+				assert.Equal(t, want, ps.Remaining, "limit %d", i)
+			}
+		})
+	}
+}
+
+func TestPeek(t *testing.T) {
+	st := newStore(t, Config{})
+	w := sliding(2, time.Minute)
+	l := []domain.Limit{lim("p", w, 1)}
+
+	r, err := st.Peek(t.Context(), at(0), l)
+	require.NoError(t, err)
+	assert.True(t, r.Allowed)
+	assert.Equal(t, int64(2), r.Remaining)
+	assert.Equal(t, 0, st.Stats().Entries, "Peek created state for an unknown key")
+
+	for range 2 {
+		r, err = st.Evaluate(t.Context(), at(0), l)
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+	}
+	for range 3 {
+		r, err = st.Peek(t.Context(), at(time.Second), l)
+		require.NoError(t, err)
+		assert.False(t, r.Allowed)
+		assert.Equal(t, 59*time.Second, r.RetryAfter)
+	}
+	r, err = st.Peek(t.Context(), at(time.Minute), l)
+	require.NoError(t, err)
+	assert.True(t, r.Allowed)
+	assert.Equal(t, int64(2), r.Remaining)
+}
+
+func TestReset(t *testing.T) {
+	for _, w := range []domain.Window{sliding(2, time.Hour), gcra(2, time.Hour)} {
+		t.Run(w.Algorithm.String(), func(t *testing.T) {
+			st := newStore(t, Config{})
+			a, b := lim("a", w, 2), lim("b", w, 2)
+			for _, l := range []domain.Limit{a, b} {
+				r, err := st.Evaluate(t.Context(), at(0), []domain.Limit{l})
+				require.NoError(t, err)
+				require.True(t, r.Allowed)
+			}
+			require.NoError(t, st.Reset(t.Context(), "a"))
+			require.NoError(t, st.Reset(t.Context(), "never-seen"))
+
+			r, err := st.Evaluate(t.Context(), at(time.Second), []domain.Limit{a})
+			require.NoError(t, err)
+			assert.True(t, r.Allowed, "reset key still throttled")
+			r, err = st.Evaluate(t.Context(), at(time.Second), []domain.Limit{b})
+			require.NoError(t, err)
+			assert.False(t, r.Allowed, "Reset of a touched another key")
+
+			var le *domain.LimitError
+			assert.ErrorAs(t, st.Reset(t.Context(), ""), &le)
+		})
+	}
+}
+
+func TestAlgorithmChangeReinitialisesTheKey(t *testing.T) {
+	st := newStore(t, Config{})
+	r, err := st.Evaluate(t.Context(), at(0), []domain.Limit{lim("k", sliding(3, time.Hour), 3)})
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+
+	g := []domain.Limit{lim("k", gcra(3, time.Hour), 1)}
+	r, err = st.Peek(t.Context(), at(time.Second), g)
+	require.NoError(t, err)
+	assert.Equal(t, int64(3), r.Remaining, "Peek must answer as a fresh GCRA key")
+	r, err = st.Evaluate(t.Context(), at(time.Second), g)
+	require.NoError(t, err)
+	assert.True(t, r.Allowed)
+	assert.Equal(t, int64(2), r.Remaining)
+
+	// And back: the sliding log starts empty again.
+	r, err = st.Evaluate(t.Context(), at(2*time.Second), []domain.Limit{lim("k", sliding(3, time.Hour), 3)})
+	require.NoError(t, err)
+	assert.True(t, r.Allowed)
+}
+
+func TestClockBackwardsNeverAdmitsMoreThanLimit(t *testing.T) {
+	for _, w := range []domain.Window{sliding(3, time.Minute), gcra(3, time.Minute)} {
+		t.Run(w.Algorithm.String(), func(t *testing.T) {
+			st := newStore(t, Config{})
+			l := []domain.Limit{lim("k", w, 1)}
+			admitted := 0
+			for _, d := range []time.Duration{10 * time.Second, 0, 5 * time.Second, -time.Hour, 10 * time.Second, 2 * time.Second} {
+				r, err := st.Evaluate(t.Context(), at(d), l)
+				require.NoError(t, err)
+				if r.Allowed {
+					admitted++
+				}
+			}
+			assert.Equal(t, 3, admitted)
+		})
+	}
+}
+
+func TestClosedStore(t *testing.T) {
+	st, err := New(Config{})
+	require.NoError(t, err)
+	l := []domain.Limit{lim("k", sliding(1, time.Second), 1)}
+	_, err = st.Evaluate(t.Context(), at(0), l)
+	require.NoError(t, err)
+
+	require.NoError(t, st.Close())
+	require.NoError(t, st.Close(), "Close must be idempotent")
+
+	_, err = st.Evaluate(t.Context(), at(0), l)
+	assert.ErrorIs(t, err, domain.ErrStoreClosed)
+	_, err = st.Peek(t.Context(), at(0), l)
+	assert.ErrorIs(t, err, domain.ErrStoreClosed)
+	assert.ErrorIs(t, st.Reset(t.Context(), "k"), domain.ErrStoreClosed)
+	assert.Equal(t, domain.CodeStoreUnavailable, domain.CodeOf(err))
+}
+
+func TestInvalidRequests(t *testing.T) {
+	w := sliding(5, time.Second)
+	many := make([]domain.Limit, domain.MaxLimits+1)
+	for i := range many {
+		many[i] = lim(fmt.Sprintf("m%d", i), w, 1)
+	}
+	tests := []struct {
+		name   string
+		limits []domain.Limit
+		field  string
+	}{
+		{"no limits", nil, "limits"},
+		{"too many limits", many, "limits"},
+		{"empty key", []domain.Limit{lim("", w, 1)}, "key"},
+		{"duplicate key", []domain.Limit{lim("a", w, 1), lim("a", w, 1)}, "key"},
+		{"zero limit", []domain.Limit{lim("a", sliding(0, time.Second), 1)}, "limit"},
+		{"negative limit", []domain.Limit{lim("a", gcra(-1, time.Second), 1)}, "limit"},
+		{"period too short", []domain.Limit{lim("a", sliding(1, time.Microsecond), 1)}, "period"},
+		{"zero cost", []domain.Limit{lim("a", w, 0)}, "cost"},
+		{"cost above limit", []domain.Limit{lim("a", w, 6)}, "cost"},
+		{"unknown algorithm", []domain.Limit{lim("a", domain.Window{Limit: 1, Period: time.Second, Algorithm: 9}, 1)}, "algorithm"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := newStore(t, Config{})
+			for _, call := range []func(context.Context, time.Time, []domain.Limit) (domain.Result, error){st.Evaluate, st.Peek} {
+				_, err := call(t.Context(), at(0), tc.limits)
+				var le *domain.LimitError
+				require.ErrorAs(t, err, &le)
+				assert.Equal(t, tc.field, le.Field)
+				assert.ErrorIs(t, err, domain.ErrInvalidLimit)
+			}
+			assert.Equal(t, 0, st.Stats().Entries, "an invalid request created state")
+		})
+	}
+}
+
+func TestDoneContext(t *testing.T) {
+	st := newStore(t, Config{})
+	l := []domain.Limit{lim("k", sliding(1, time.Minute), 1)}
+
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	expired, cancel2 := context.WithDeadline(t.Context(), t0)
+	defer cancel2()
+
+	for _, tc := range []struct {
+		ctx  context.Context
+		want error
+	}{{cancelled, context.Canceled}, {expired, context.DeadlineExceeded}} {
+		_, err := st.Evaluate(tc.ctx, at(0), l)
+		assert.ErrorIs(t, err, tc.want)
+		_, err = st.Peek(tc.ctx, at(0), l)
+		assert.ErrorIs(t, err, tc.want)
+		assert.ErrorIs(t, st.Reset(tc.ctx, "k"), tc.want)
+	}
+	r, err := st.Evaluate(t.Context(), at(0), l)
+	require.NoError(t, err)
+	assert.True(t, r.Allowed, "a cancelled call consumed")
+}
+
+func TestConfig(t *testing.T) {
+	bad := []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{MaxCost: -1}, "local.max_cost"},
+		{Config{NumCounters: -1}, "local.num_counters"},
+		{Config{MaxPendingCost: -1}, "local.max_pending_cost"},
+		{Config{SweepInterval: -time.Second}, "local.sweep_interval"},
+		{Config{SweepInterval: time.Microsecond}, "local.sweep_interval"},
+		{Config{IdleGrace: -time.Second}, "local.idle_grace"},
+		{Config{IdleGrace: domain.MaxPeriod + time.Second}, "local.idle_grace"},
+	}
+	for _, tc := range bad {
+		_, err := New(tc.cfg)
+		var ce *domain.ConfigError
+		require.ErrorAs(t, err, &ce, "%+v", tc.cfg)
+		assert.Equal(t, tc.field, ce.Field)
+		assert.True(t, errors.Is(err, domain.ErrInvalidConfig))
+	}
+
+	d := Config{}.withDefaults()
+	assert.Equal(t, int64(DefaultMaxCost), d.MaxCost)
+	assert.Equal(t, int64(DefaultMaxCost/32), d.NumCounters)
+	assert.Equal(t, int64(DefaultMaxCost/8), d.MaxPendingCost)
+	assert.Equal(t, DefaultSweepInterval, d.SweepInterval)
+	assert.Equal(t, DefaultIdleGrace, d.IdleGrace)
+	tiny := Config{MaxCost: 1}.withDefaults()
+	assert.Equal(t, int64(minCounters), tiny.NumCounters)
+	assert.Equal(t, int64(minPendingCost), tiny.MaxPendingCost)
+}
