@@ -132,7 +132,7 @@ func newEnv(t tb, store ports.Store) *env {
 }
 
 // newNamespace returns a random id, unique across runs and processes.
-func newNamespace(t tb) string {
+func newNamespace(t interface{ Fatalf(string, ...any) }) string {
 	var b [8]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatalf("reading a random namespace: %v", err)

@@ -13,3 +13,11 @@ func TestReferenceStore(t *testing.T) {
 		return s
 	})
 }
+
+func BenchmarkReferenceStore(b *testing.B) {
+	Benchmark(b, func(b *testing.B) ports.Store {
+		s := NewReferenceStore()
+		b.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}

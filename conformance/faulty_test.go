@@ -1,0 +1,571 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/ports"
+)
+
+// The suite's own tests, in the spirit of testing/fstest's: the suite is
+// only worth something if it fails broken stores. faultyStore is a second,
+// independent implementation of the store contract (one timestamp per unit
+// for sliding logs, its own GCRA arithmetic) into which one fault at a time
+// is injected; fakeT records which named subtests of the suite fail.
+
+// fault is one way to get a store wrong.
+type fault int
+
+const (
+	noFault fault = iota
+	// consumeOnDeny records a refused request's cost anyway (ZADD before
+	// ZCARD).
+	consumeOnDeny
+	// offByOne compares with <= limit+1: it admits one unit too many.
+	offByOne
+	// ignoreCost counts every request as one unit.
+	ignoreCost
+	// notAtomic commits each key as soon as its own check passes, so keys
+	// before a refusing one are consumed.
+	notAtomic
+	// wrongRetryAfter waits for the newest unit to leave a sliding log
+	// instead of the oldest ones that make room.
+	wrongRetryAfter
+	// peekConsumes commits on Peek as on Evaluate.
+	peekConsumes
+	// firstRefusalLimits reports the first refusing limit instead of the
+	// one with the longest retry-after.
+	firstRefusalLimits
+	// fixedWindow counts sliding logs in windows aligned on the period.
+	fixedWindow
+	// roundedEmission rounds GCRA's Period/Limit instead of truncating it.
+	roundedEmission
+	// forgetsOnBackwardsClock drops a key's state when now goes backwards.
+	forgetsOnBackwardsClock
+	// ignoresFutureUnits counts only the units in (now-period, now], so a
+	// clock that went back finds the log empty.
+	ignoresFutureUnits
+	// checkThenAct checks and commits under two separate lock holds.
+	checkThenAct
+	// ignoresContext never looks at ctx.
+	ignoresContext
+	// lenientValidation checks windows and that the limits fit in a
+	// Result, but not keys, costs or an empty request.
+	lenientValidation
+	// resetForgetsEverything clears every key on Reset.
+	resetForgetsEverything
+	// resetByPrefix clears every key that starts with the one given, like
+	// a careless SCAN MATCH key*.
+	resetByPrefix
+	// openAfterClose keeps working after Close.
+	openAfterClose
+	// staleRemaining reports, on an allowed Evaluate, the remaining count
+	// from before consumption.
+	staleRemaining
+)
+
+var faultNames = map[fault]string{
+	noFault:                 "NoFault",
+	consumeOnDeny:           "ConsumeOnDeny",
+	offByOne:                "OffByOne",
+	ignoreCost:              "IgnoreCost",
+	notAtomic:               "NotAtomic",
+	wrongRetryAfter:         "WrongRetryAfter",
+	peekConsumes:            "PeekConsumes",
+	firstRefusalLimits:      "FirstRefusalLimits",
+	fixedWindow:             "FixedWindow",
+	roundedEmission:         "RoundedEmission",
+	forgetsOnBackwardsClock: "ForgetsOnBackwardsClock",
+	ignoresFutureUnits:      "IgnoresFutureUnits",
+	checkThenAct:            "CheckThenAct",
+	ignoresContext:          "IgnoresContext",
+	lenientValidation:       "LenientValidation",
+	resetForgetsEverything:  "ResetForgetsEverything",
+	resetByPrefix:           "ResetByPrefix",
+	openAfterClose:          "OpenAfterClose",
+	staleRemaining:          "StaleRemaining",
+}
+
+func (f fault) String() string { return faultNames[f] }
+
+type faultyStore struct {
+	fault    fault
+	inFlight atomic.Int32
+
+	mu     sync.Mutex
+	closed bool
+	logs   map[string][]int64 // sliding log: one timestamp per unit, ascending
+	tats   map[string]int64   // GCRA: theoretical arrival time
+	seen   map[string]int64   // latest instant per key
+}
+
+func newFaultyStore(f fault) *faultyStore {
+	return &faultyStore{fault: f, logs: map[string][]int64{}, tats: map[string]int64{}, seen: map[string]int64{}}
+}
+
+var _ ports.Store = (*faultyStore)(nil)
+
+func (s *faultyStore) Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
+	return s.decide(ctx, now, limits, true)
+}
+
+func (s *faultyStore) Peek(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
+	return s.decide(ctx, now, limits, s.fault == peekConsumes)
+}
+
+func (s *faultyStore) validate(limits []domain.Limit) error {
+	if s.fault != lenientValidation {
+		return domain.ValidateLimits(limits)
+	}
+	if len(limits) > domain.MaxLimits {
+		return &domain.LimitError{Index: -1, Field: "limits", Reason: "too many"}
+	}
+	for _, l := range limits {
+		if err := l.Window.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *faultyStore) decide(ctx context.Context, now time.Time, limits []domain.Limit, consume bool) (domain.Result, error) {
+	if err := ctx.Err(); err != nil && s.fault != ignoresContext {
+		return domain.Result{}, err
+	}
+	if err := s.validate(limits); err != nil {
+		return domain.Result{}, err
+	}
+	s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	s.mu.Lock()
+	if s.closed && s.fault != openAfterClose {
+		s.mu.Unlock()
+		return domain.Result{}, domain.ErrStoreClosed
+	}
+	at := now.UnixMicro()
+	r := domain.Result{N: len(limits)}
+	for i, l := range limits {
+		if s.fault == forgetsOnBackwardsClock && at < s.seen[l.Key] {
+			delete(s.logs, l.Key)
+			delete(s.tats, l.Key)
+		}
+		s.seen[l.Key] = max(s.seen[l.Key], at)
+		r.PerLimit[i] = s.check(at, l)
+		if s.fault == notAtomic && consume && r.PerLimit[i].Allowed {
+			r.PerLimit[i] = s.commit(at, l)
+		}
+	}
+	s.finish(&r)
+	if s.fault == checkThenAct {
+		// Another call may check the same state before this one commits.
+		s.mu.Unlock()
+		if s.inFlight.Load() > 1 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		runtime.Gosched()
+		s.mu.Lock()
+	}
+	defer s.mu.Unlock()
+	if !consume || s.fault == notAtomic {
+		return r, nil
+	}
+	switch {
+	case r.Allowed:
+		for i, l := range limits {
+			st := s.commit(at, l)
+			if s.fault != staleRemaining {
+				r.PerLimit[i] = st
+			}
+		}
+		s.finish(&r)
+	case s.fault == consumeOnDeny:
+		for _, l := range limits {
+			s.commit(at, l)
+		}
+	}
+	return r, nil
+}
+
+func (s *faultyStore) finish(r *domain.Result) {
+	r.Finish()
+	if s.fault != firstRefusalLimits || r.Allowed {
+		return
+	}
+	for i, st := range r.Statuses() {
+		if !st.Allowed {
+			r.Limiting, r.RetryAfter, r.ResetAfter = i, st.RetryAfter, st.ResetAfter
+			return
+		}
+	}
+}
+
+func (s *faultyStore) cost(l domain.Limit) int64 {
+	if s.fault == ignoreCost {
+		return 1
+	}
+	return l.Cost
+}
+
+// emission is GCRA's T in microseconds.
+func (s *faultyStore) emission(w domain.Window) int64 {
+	p := w.Period.Microseconds()
+	t := p / w.Limit
+	if s.fault == roundedEmission {
+		t = (p + w.Limit/2) / w.Limit
+	}
+	return max(t, 1)
+}
+
+// counted returns the timestamps of the units that count at `at`, in
+// ascending order, and the instant the window ends for fixedWindow.
+func (s *faultyStore) counted(at int64, l domain.Limit) []int64 {
+	p := l.Window.Period.Microseconds()
+	var in []int64
+	for _, ts := range s.logs[l.Key] {
+		switch {
+		case s.fault == fixedWindow:
+			start := at - at%p
+			if ts >= start && ts < start+p {
+				in = append(in, ts)
+			}
+		case s.fault == ignoresFutureUnits:
+			if ts > at-p && ts <= at {
+				in = append(in, ts)
+			}
+		case ts > at-p:
+			in = append(in, ts)
+		}
+	}
+	return in
+}
+
+func (s *faultyStore) check(at int64, l domain.Limit) domain.LimitStatus {
+	w, cost := l.Window, s.cost(l)
+	slack := int64(0)
+	if s.fault == offByOne {
+		slack = 1
+	}
+	if w.Algorithm == domain.GCRA {
+		t := s.emission(w)
+		capacity := t * w.Limit
+		base := max(s.tats[l.Key], at)
+		next := base + cost*t
+		st := domain.LimitStatus{
+			Allowed:    next-at <= capacity+slack*t,
+			Remaining:  max((capacity-(base-at))/t, 0),
+			ResetAfter: domain.Micros(base - at),
+		}
+		if !st.Allowed {
+			st.RetryAfter = domain.Micros(next - capacity - at)
+		}
+		return st
+	}
+	p := w.Period.Microseconds()
+	in := s.counted(at, l)
+	used := int64(len(in))
+	st := domain.LimitStatus{
+		Allowed:   used+cost <= w.Limit+slack,
+		Remaining: max(w.Limit-used, 0),
+	}
+	if len(in) > 0 {
+		st.ResetAfter = domain.Micros(in[len(in)-1] + p - at)
+	}
+	if !st.Allowed {
+		// The request passes once the oldest used+cost-limit units leave.
+		oldest := at
+		if i := used + cost - w.Limit - 1; i >= 0 && i < used {
+			oldest = in[i]
+		}
+		switch s.fault {
+		case wrongRetryAfter:
+			oldest = in[len(in)-1]
+		case fixedWindow:
+			oldest = at - at%p
+		}
+		st.RetryAfter = domain.Micros(oldest + p - at)
+	}
+	if s.fault == fixedWindow && len(in) > 0 {
+		st.ResetAfter = domain.Micros(at - at%p + p - at)
+	}
+	return st
+}
+
+// commit records the cost of l at `at` and returns the status after it.
+func (s *faultyStore) commit(at int64, l domain.Limit) domain.LimitStatus {
+	cost := s.cost(l)
+	if l.Window.Algorithm == domain.GCRA {
+		s.tats[l.Key] = max(s.tats[l.Key], at) + cost*s.emission(l.Window)
+	} else {
+		log := s.logs[l.Key]
+		for range cost {
+			log = append(log, at)
+		}
+		sort.Slice(log, func(i, j int) bool { return log[i] < log[j] })
+		s.logs[l.Key] = log
+	}
+	st := s.check(at, domain.Limit{Key: l.Key, Window: l.Window, Cost: 1})
+	st.Allowed, st.RetryAfter = true, 0
+	return st
+}
+
+func (s *faultyStore) Reset(ctx context.Context, key string) error {
+	if err := ctx.Err(); err != nil && s.fault != ignoresContext {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed && s.fault != openAfterClose {
+		return domain.ErrStoreClosed
+	}
+	for k := range s.seen {
+		if k == key || s.fault == resetForgetsEverything || s.fault == resetByPrefix && strings.HasPrefix(k, key) {
+			delete(s.logs, k)
+			delete(s.tats, k)
+		}
+	}
+	return nil
+}
+
+func (s *faultyStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}
+
+// fakeT is a tb that records failures instead of reporting them, so that a
+// test can run the suite and then assert which subtests failed.
+type fakeT struct {
+	name   string
+	ctx    context.Context
+	cancel context.CancelFunc
+	report *report
+
+	mu       sync.Mutex
+	failed   bool
+	cleanups []func()
+}
+
+// report collects what every fakeT of one run saw.
+type report struct {
+	mu       sync.Mutex
+	failures map[string][]string // subtest name → its messages
+	ran      []string
+}
+
+func newFakeT(name string, rep *report) *fakeT {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &fakeT{name: name, ctx: ctx, cancel: cancel, report: rep}
+}
+
+func (t *fakeT) Helper()                  {}
+func (t *fakeT) Name() string             { return t.name }
+func (t *fakeT) Context() context.Context { return t.ctx }
+func (t *fakeT) Logf(string, ...any)      {}
+
+func (t *fakeT) Errorf(format string, args ...any) {
+	t.mu.Lock()
+	t.failed = true
+	t.mu.Unlock()
+	t.report.mu.Lock()
+	t.report.failures[t.name] = append(t.report.failures[t.name], fmt.Sprintf(format, args...))
+	t.report.mu.Unlock()
+}
+
+// Fatalf ends the subtest's goroutine, as testing.T's does; deferred calls,
+// and so the cleanups, still run.
+func (t *fakeT) Fatalf(format string, args ...any) {
+	t.Errorf(format, args...)
+	runtime.Goexit()
+}
+
+func (t *fakeT) Cleanup(f func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cleanups = append(t.cleanups, f)
+}
+
+func (t *fakeT) Failed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.failed
+}
+
+// finish cancels the context and runs the cleanups, last first.
+func (t *fakeT) finish() {
+	t.cancel()
+	t.mu.Lock()
+	cs := t.cleanups
+	t.cleanups = nil
+	t.mu.Unlock()
+	for _, f := range slices.Backward(cs) {
+		f()
+	}
+}
+
+func (t *fakeT) Run(name string, f func(t tb)) bool {
+	child := newFakeT(t.name+"/"+name, t.report)
+	t.report.mu.Lock()
+	t.report.ran = append(t.report.ran, child.name)
+	t.report.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer child.finish()
+		defer func() {
+			if p := recover(); p != nil {
+				child.Errorf("panic: %v", p)
+			}
+		}()
+		f(child)
+	}()
+	<-done
+	if child.Failed() {
+		t.mu.Lock()
+		t.failed = true
+		t.mu.Unlock()
+	}
+	return !child.Failed()
+}
+
+// runSuite runs the suite on stores made by newStore and returns its
+// report; top-level subtest names have the "suite/" prefix stripped.
+func runSuite(newStore func() ports.Store) (failed map[string][]string, ran []string) {
+	rep := &report{failures: map[string][]string{}}
+	root := newFakeT("suite", rep)
+	run(root, func(t tb) ports.Store {
+		s := newStore()
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+	root.finish()
+	failed = map[string][]string{}
+	for name, msgs := range rep.failures {
+		failed[strings.TrimPrefix(name, "suite/")] = msgs
+	}
+	for _, name := range rep.ran {
+		ran = append(ran, strings.TrimPrefix(name, "suite/"))
+	}
+	return failed, ran
+}
+
+// topLevel returns the sorted top-level subtests among names.
+func topLevel[V any](names map[string]V) []string {
+	set := map[string]bool{}
+	for name := range names {
+		top, _, _ := strings.Cut(name, "/")
+		set[top] = true
+	}
+	var out []string
+	for name := range set {
+		out = append(out, name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestSuiteHasNamedSubtests(t *testing.T) {
+	seen := map[string]bool{}
+	for _, c := range cases() {
+		if seen[c.name] {
+			t.Errorf("two subtests are named %s", c.name)
+		}
+		seen[c.name] = true
+	}
+	if len(seen) < 25 {
+		t.Errorf("the suite has %d subtests, want at least 25", len(seen))
+	}
+}
+
+func TestCorrectStoresPassEverySubtest(t *testing.T) {
+	stores := map[string]func() ports.Store{
+		"ReferenceStore":   NewReferenceStore,
+		"FaultyStoreClean": func() ports.Store { return newFaultyStore(noFault) },
+	}
+	for name, newStore := range stores {
+		t.Run(name, func(t *testing.T) {
+			failed, ran := runSuite(newStore)
+			if len(ran) < len(cases()) {
+				t.Errorf("ran %d subtests, want at least %d", len(ran), len(cases()))
+			}
+			for sub, msgs := range failed {
+				t.Errorf("%s failed:\n\t%s", sub, strings.Join(msgs, "\n\t"))
+			}
+		})
+	}
+}
+
+// TestSuiteFailsFaultyStores is the point of the suite's own tests: each
+// fault must make the named subtests fail (others may fail too).
+func TestSuiteFailsFaultyStores(t *testing.T) {
+	mustFail := map[fault][]string{
+		consumeOnDeny:           {"GCRAAdmitsExactlyLimitAsBurst", "SlidingLogUnitsLeaveExactlyOnePeriodLater", "AllOrNothingAcrossNineKeys"},
+		offByOne:                {"SlidingLogAdmitsExactlyLimit", "GCRAAdmitsExactlyLimitAsBurst", "ConcurrentRequestsOnOneKeyAdmitExactlyLimit"},
+		ignoreCost:              {"CostConsumesThatManyUnits", "CostThatDoesNotFitIsRefusedWhileSmallerCostPasses"},
+		notAtomic:               {"AllOrNothingAcrossNineKeys", "RefusalReportsLongestRetryAfter", "SlidingLogAndGCRAInOneRequest"},
+		wrongRetryAfter:         {"SlidingLogRetryAfterWaitsForEnoughOldestUnits", "SlidingLogUnitsLeaveExactlyOnePeriodLater"},
+		peekConsumes:            {"PeekConsumesNothing", "PeekAgreesWithEvaluate"},
+		firstRefusalLimits:      {"RefusalReportsLongestRetryAfter"},
+		fixedWindow:             {"SlidingLogUnitsLeaveExactlyOnePeriodLater", "SlidingLogRetryAfterWaitsForEnoughOldestUnits"},
+		roundedEmission:         {"GCRARetryAfterUsesTruncatedEmissionInterval"},
+		forgetsOnBackwardsClock: {"ClockBackwardsNeverAdmitsMoreThanLimit", "ClockJitterNeverAdmitsMoreThanLimit"},
+		ignoresFutureUnits:      {"ClockBackwardsNeverAdmitsMoreThanLimit", "ClockJitterNeverAdmitsMoreThanLimit"},
+		checkThenAct:            {"ConcurrentRequestsOnOneKeyAdmitExactlyLimit"},
+		ignoresContext:          {"CancelledContextIsAnErrorAndConsumesNothing", "ExpiredDeadlineIsAnError"},
+		lenientValidation:       {"InvalidRequestIsRejectedAndConsumesNothing"},
+		resetForgetsEverything:  {"ResetForgetsOnlyThatKey"},
+		resetByPrefix:           {"ResetForgetsOnlyThatKey"},
+		openAfterClose:          {"ClosedStoreReturnsErrStoreClosed"},
+		staleRemaining:          {"SlidingLogAdmitsExactlyLimit", "GCRAAdmitsExactlyLimitAsBurst", "ConcurrentRequestsOnOneKeyAdmitExactlyLimit"},
+	}
+	for f := noFault + 1; int(f) < len(faultNames); f++ {
+		t.Run(f.String(), func(t *testing.T) {
+			want, ok := mustFail[f]
+			if !ok {
+				t.Fatalf("fault %s has no expected failures", f)
+			}
+			failed, _ := runSuite(func() ports.Store { return newFaultyStore(f) })
+			got := topLevel(failed)
+			t.Logf("failed: %s", strings.Join(got, ", "))
+			for _, name := range want {
+				if !slices.Contains(got, name) {
+					t.Errorf("subtest %s passed on a store with fault %s, want it to fail", name, f)
+				}
+			}
+		})
+	}
+}
+
+// TestFakeTRecordsFatalAndCleanup checks the recording fake itself: a
+// Fatalf ends the subtest but not its siblings, and cleanups run last
+// first.
+func TestFakeTRecordsFatalAndCleanup(t *testing.T) {
+	rep := &report{failures: map[string][]string{}}
+	root := newFakeT("root", rep)
+	var order []string
+	okA := root.Run("a", func(t tb) {
+		t.Cleanup(func() { order = append(order, "first") })
+		t.Cleanup(func() { order = append(order, "second") })
+		t.Fatalf("stop")
+		order = append(order, "after Fatalf")
+	})
+	okB := root.Run("b", func(t tb) { order = append(order, "b ran") })
+	if okA || !okB {
+		t.Errorf("Run results: a %t, b %t; want false, true", okA, okB)
+	}
+	if want := []string{"second", "first", "b ran"}; !slices.Equal(order, want) {
+		t.Errorf("order %v, want %v", order, want)
+	}
+	if root.ctx.Err() != nil || !root.Failed() {
+		t.Errorf("root: context err %v, failed %t; want live context, failed", root.ctx.Err(), root.Failed())
+	}
+}
