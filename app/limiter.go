@@ -315,7 +315,7 @@ func (l *Limiter) buildKeys(ev *evaluation, req Request) error {
 		ev.capDim, ev.capID = domain.DimensionUser, userID
 	}
 	for _, dw := range p.Dimensions {
-		var id, routeKey = "", p.Name
+		id, routeKey := "", p.Name
 		switch dw.Dimension {
 		case domain.DimensionIP:
 			id = ipID
