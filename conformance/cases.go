@@ -44,6 +44,7 @@ func cases() []testCase {
 		{"CancelledContextIsAnErrorAndConsumesNothing", cancelledContextIsAnErrorAndConsumesNothing},
 		{"ExpiredDeadlineIsAnError", expiredDeadlineIsAnError},
 		{"InvalidRequestIsRejectedAndConsumesNothing", invalidRequestIsRejectedAndConsumesNothing},
+		{"RequestsAtTheBoundsAreAccepted", requestsAtTheBoundsAreAccepted},
 		{"ConcurrentRequestsOnOneKeyAdmitExactlyLimit", concurrentRequestsOnOneKeyAdmitExactlyLimit},
 		{"ConcurrentRequestsAcrossTwoKeysAreAllOrNothing", concurrentRequestsAcrossTwoKeysAreAllOrNothing},
 		{"ClosedStoreReturnsErrStoreClosed", closedStoreReturnsErrStoreClosed},
@@ -734,6 +735,58 @@ func invalidRequestIsRejectedAndConsumesNothing(e *env) {
 	r := e.peek("peek the valid limits", e.t0, ok, other)
 	checkStatus(e.t, "peek ok after the invalid requests", r.PerLimit[0], status{allowed: true, remaining: 3})
 	checkStatus(e.t, "peek other after the invalid requests", r.PerLimit[1], status{allowed: true, remaining: 3})
+}
+
+func requestsAtTheBoundsAreAccepted(e *env) {
+	s := time.Second
+	e.t.Run("SixteenKeys", func(t tb) {
+		e := e.sub(t, "16:")
+		w := window(domain.SlidingLog, 3, 10*s)
+		limits := make([]domain.Limit, domain.MaxLimits)
+		for i := range limits {
+			limits[i] = limitOf(e.key("k"+strconv.Itoa(i)), w, 1)
+		}
+		r := e.evaluate("sixteen keys", e.t0, limits...)
+		checkResult(e.t, "sixteen keys", r, outcome{allowed: true, remaining: 2, resetAfter: 10 * s})
+		checkStatus(e.t, "sixteen keys: last limit", r.PerLimit[domain.MaxLimits-1], status{allowed: true, remaining: 2, resetAfter: 10 * s})
+	})
+	e.t.Run("KeyOfMaxKeyLenBytes", func(t tb) {
+		e := e.sub(t, "len:")
+		name := strings.Repeat("x", domain.MaxKeyLen-len(e.key("")))
+		l := limitOf(e.key(name), window(domain.GCRA, 2, 2*s), 1)
+		if len(l.Key) != domain.MaxKeyLen {
+			e.t.Fatalf("built a key of %d bytes, want %d", len(l.Key), domain.MaxKeyLen)
+		}
+		checkStatus(e.t, "long key", e.evaluate("long key", e.t0, l).PerLimit[0], status{allowed: true, remaining: 1, resetAfter: s})
+	})
+	e.t.Run("CostEqualToLimit", func(t tb) {
+		e := e.sub(t, "cost:")
+		e.forEachAlgorithm(func(e *env, a domain.Algorithm) {
+			l := limitOf(e.key("a"), window(a, 5, 10*s), 5)
+			checkStatus(e.t, "cost 5 of 5", e.evaluate("cost 5 of 5", e.t0, l).PerLimit[0], status{allowed: true, remaining: 0, resetAfter: 10 * s})
+		})
+	})
+	e.t.Run("SlidingLogLargeLimitAndMaxPeriod", func(t tb) {
+		// 100000 is the largest sliding-log limit the domain accepts (a
+		// log keeps one record per unit; larger limits belong to GCRA).
+		const large = 100_000
+		e := e.sub(t, "max:")
+		e.replay(e.key("a"), window(domain.SlidingLog, large, domain.MaxPeriod), []step{
+			{at: 0, cost: 1000, want: status{allowed: true, remaining: large - 1000, resetAfter: domain.MaxPeriod}},
+			{at: 0, cost: large, want: status{remaining: large - 1000, retryAfter: domain.MaxPeriod, resetAfter: domain.MaxPeriod}},
+		})
+	})
+	e.t.Run("MinPeriod", func(t tb) {
+		e := e.sub(t, "min:")
+		e.forEachAlgorithm(func(e *env, a domain.Algorithm) {
+			ms := time.Millisecond
+			e.replay(e.key("a"), window(a, 1, domain.MinPeriod), []step{
+				{at: 0, cost: 1, want: status{allowed: true, remaining: 0, resetAfter: ms}},
+				{at: 0, cost: 1, want: status{remaining: 0, retryAfter: ms, resetAfter: ms}},
+				{at: ms, cost: 1, want: status{allowed: true, remaining: 0, resetAfter: ms}},
+			})
+		})
+	})
 }
 
 // workers is how many goroutines the concurrency cases release at once.
