@@ -78,7 +78,7 @@ func TestRefusedAndEvictedSetsNeverForkAKey(t *testing.T) {
 		workers = 16
 		keys    = 256
 		limit   = 20
-		rounds  = 24 // every worker visits every key this many times
+		rounds  = 12 // every worker visits every key this many times
 	)
 	for _, cfg := range []Config{tinyCache, smallCache} {
 		for _, w := range []domain.Window{sliding(limit, time.Hour), gcra(limit, time.Hour)} {
@@ -286,6 +286,89 @@ func TestIdleGraceProtectsLaggingCallers(t *testing.T) {
 			require.NoError(t, err)
 			st.sweep()
 			assert.Equal(t, 1, st.Stats().Entries)
+		})
+	}
+}
+
+// TestSweepsEvictionsAndDecisionsTogether runs decisions on long-lived keys
+// while short-lived keys come and go, the clock advances, the sweeper
+// forgets idle keys (and Dels them from the cache) and a tiny cache evicts
+// and refuses: the long-lived keys' state must survive intact.
+func TestSweepsEvictionsAndDecisionsTogether(t *testing.T) {
+	const (
+		workers = 8
+		ops     = 1500 // per worker
+		live    = 32
+		limit   = 20
+	)
+	cfg := Config{MaxCost: 8 << 10, MaxPendingCost: 4 << 20, SweepInterval: 10 * time.Second, IdleGrace: 30 * time.Second}
+	for _, w := range []domain.Window{sliding(limit, 24*time.Hour), gcra(limit, 24*time.Hour)} {
+		t.Run(w.Algorithm.String(), func(t *testing.T) {
+			st := newStore(t, cfg)
+			names := make([]string, live)
+			for i := range names {
+				names[i] = fmt.Sprintf("live-%02d", i)
+			}
+			var clock atomic.Int64 // one shared timeline: 10ms per decision
+			var passed [live]atomic.Int64
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for g := range workers {
+				wg.Go(func() {
+					<-start
+					for i := range ops {
+						now := at(time.Duration(clock.Add(1)) * 10 * time.Millisecond)
+						k := (i*5 + g) % live
+						limits := []domain.Limit{
+							lim(names[k], w, 1),
+							lim(fmt.Sprintf("brief-%d-%d", g, i), sliding(1, time.Second), 1),
+						}
+						r, err := st.Evaluate(t.Context(), now, limits)
+						if !assert.NoError(t, err) {
+							return
+						}
+						if r.Allowed {
+							passed[k].Add(1)
+						}
+					}
+				})
+			}
+			// An extra sweeper, besides the store's own, to race the
+			// decisions harder.
+			done := make(chan struct{})
+			sweeps := make(chan int)
+			go func() {
+				n := 0
+				for {
+					select {
+					case <-done:
+						sweeps <- n
+						return
+					default:
+						st.sweep()
+						n++
+					}
+				}
+			}()
+			close(start)
+			wg.Wait()
+			close(done)
+			t.Logf("extra sweeps: %d", <-sweeps)
+
+			end := at(time.Duration(clock.Load()) * 10 * time.Millisecond)
+			for k, name := range names {
+				require.LessOrEqual(t, passed[k].Load(), int64(limit), "key %d", k)
+				r, err := st.Peek(t.Context(), end, []domain.Limit{lim(name, w, 1)})
+				require.NoError(t, err)
+				// GCRA refills one unit per 72 minutes; the test spans
+				// two minutes of its timeline.
+				require.Equal(t, limit-passed[k].Load(), r.Remaining, "key %d lost state", k)
+			}
+			stats := st.Stats()
+			t.Logf("%+v", stats)
+			assert.Zero(t, stats.Dropped)
+			assert.NotZero(t, stats.Expired, "nothing was swept: the test proves nothing")
+			assert.NotZero(t, stats.Evicted+stats.Rejected)
 		})
 	}
 }

@@ -151,6 +151,12 @@ func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit
 	t := domain.UnixMicros(now)
 	s.observe(t)
 
+	res.N = len(limits)
+	if res.N == 1 {
+		res.PerLimit[0] = s.decideOne(&limits[0], t, commit)
+		res.Finish()
+		return res, nil
+	}
 	n := len(limits)
 	var b batch
 	for i := range limits {
@@ -159,7 +165,6 @@ func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit
 	sortByKey(&b.order, limits)
 	s.lockAll(&b, limits, commit)
 
-	res.N = n
 	allowed := true
 	for i := range limits {
 		st := check(b.ents[i], &limits[i], t)
@@ -194,6 +199,38 @@ func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit
 	}
 	res.Finish()
 	return res, nil
+}
+
+// decideOne is decide for a single limit, the most common request: no
+// batch, no sort, one lock.
+func (s *Store) decideOne(l *domain.Limit, t int64, commit bool) domain.LimitStatus {
+	e, hit := s.find(l.Key, commit)
+	for e != nil {
+		e.mu.Lock()
+		if !e.dead {
+			break
+		}
+		e.mu.Unlock()
+		e, hit = s.lookup(l.Key, commit), false
+	}
+	st := check(e, l, t)
+	if e == nil {
+		return st
+	}
+	settle := hit && !e.resident
+	e.resident = e.resident || hit
+	grew := false
+	if commit && st.Allowed {
+		st, grew = e.commitLocked(l, t, st)
+	}
+	e.mu.Unlock()
+	if settle {
+		s.settle(e)
+	}
+	if grew {
+		s.recost(e)
+	}
+	return st
 }
 
 // find returns key's entry and whether the cache held it. A cached entry

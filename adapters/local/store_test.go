@@ -326,9 +326,9 @@ func TestInvalidRequests(t *testing.T) {
 		{"cost above limit", []domain.Limit{lim("a", w, 6)}, "cost"},
 		{"unknown algorithm", []domain.Limit{lim("a", domain.Window{Limit: 1, Period: time.Second, Algorithm: 9}, 1)}, "algorithm"},
 	}
+	st := newStore(t, Config{})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			st := newStore(t, Config{})
 			for _, call := range []func(context.Context, time.Time, []domain.Limit) (domain.Result, error){st.Evaluate, st.Peek} {
 				_, err := call(t.Context(), at(0), tc.limits)
 				var le *domain.LimitError
