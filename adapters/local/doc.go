@@ -70,8 +70,9 @@
 //
 // Memory is bounded by Config.MaxCost (the entries ristretto holds, each
 // costed at an estimate of its bytes: the entry, its key, its index slots in
-// the directory and in ristretto, and 24 bytes per unit a sliding log holds;
-// a growing log reports its new cost to ristretto whenever it doubles) plus
+// the directory and in ristretto, and 24 to 48 bytes per entry a sliding log
+// may hold, at most one per commit and one per unit; a growing log reports
+// its new cost to ristretto whenever it doubles) plus
 // Config.MaxPendingCost (entries held outside ristretto) plus ristretto's
 // fixed overhead (about 2 bytes per counter of Config.NumCounters) plus the
 // entries whose Set waits in ristretto's 32768-slot buffer (transient: about

@@ -20,7 +20,11 @@ type entry struct {
 	period int64            // period (µs) of the window last consumed under
 	log    domain.LogState
 	gcra   domain.GCRAState
-	units  int64 // sliding-log units the cost estimate covers
+	// entries bounds the sliding log's entries from above: a commit adds
+	// at most one, and there are never more entries than units. logCost is
+	// the entry count the cost estimate covers, never less than the largest
+	// bound seen, as a log's backing array never shrinks.
+	entries, logCost int64
 	// resident is set when a Get found the entry in ristretto, cleared when
 	// ristretto gave it up (eviction, refusal) or a Get missed it.
 	resident bool
@@ -43,17 +47,17 @@ const (
 	// rest of ristretto's map slot and its policy's cost slot, each with the
 	// headroom a growing Go map keeps.
 	indexBytes = 192
-	// logUnitBytes is one sliding-log unit (a 16-byte timestamp and count)
-	// with the headroom of a slice grown by append.
-	logUnitBytes = 24
-	// baseUnits is how many log units the first estimate covers, so that a
-	// short log never needs a cost update.
-	baseUnits = 4
+	// logEntryBytes is one sliding-log entry (a 16-byte timestamp and unit
+	// count) with the headroom of a slice grown by append.
+	logEntryBytes = 24
+	// baseEntries is how many log entries the first estimate covers, so
+	// that a short log never needs a cost update.
+	baseEntries = 4
 )
 
 // costLocked returns the entry's estimated size. Called with mu held.
 func (e *entry) costLocked() int64 {
-	return entryBytes + indexBytes + (int64(len(e.key))+15)&^15 + max(e.units, baseUnits)*logUnitBytes
+	return entryBytes + indexBytes + (int64(len(e.key))+15)&^15 + max(e.logCost, baseEntries)*logEntryBytes
 }
 
 // idleLocked reports whether dropping the state changes no answer at now.
@@ -92,15 +96,18 @@ func (e *entry) commitLocked(l *domain.Limit, now int64, checked domain.LimitSta
 	if e.algo != w.Algorithm {
 		// The old algorithm's state means nothing to the new one; the zero
 		// values also release a log's backing array.
-		e.log, e.gcra, e.algo = domain.LogState{}, domain.GCRAState{}, w.Algorithm
+		e.log, e.gcra, e.algo, e.entries = domain.LogState{}, domain.GCRAState{}, w.Algorithm, 0
 	}
 	e.period = w.PeriodMicros()
 	if w.Algorithm == domain.GCRA {
 		return e.gcra.Committed(now, w, l.Cost, checked), false
 	}
 	st := e.log.Committed(now, w, l.Cost, checked)
-	if u := e.log.Len(); u > 2*max(e.units, baseUnits) {
-		e.units = u
+	e.entries = min(e.entries+1, e.log.Len())
+	if e.entries > max(e.logCost, baseEntries) {
+		// Cover twice the entries: the estimate stays ahead of the log
+		// until it doubles, which bounds the cost updates to log2(limit).
+		e.logCost = 2 * e.entries
 		return st, true
 	}
 	return st, false
@@ -108,5 +115,5 @@ func (e *entry) commitLocked(l *domain.Limit, now int64, checked domain.LimitSta
 
 // resetLocked forgets every unit counted. Called with mu held.
 func (e *entry) resetLocked() {
-	e.log, e.gcra = domain.LogState{}, domain.GCRAState{}
+	e.log, e.gcra, e.entries = domain.LogState{}, domain.GCRAState{}, 0
 }

@@ -396,3 +396,31 @@ func TestConfig(t *testing.T) {
 	assert.Equal(t, int64(minCounters), tiny.NumCounters)
 	assert.Equal(t, int64(minPendingCost), tiny.MaxPendingCost)
 }
+
+func TestCostEstimateFollowsTheLog(t *testing.T) {
+	st := newStore(t, Config{})
+	cached := func() int64 {
+		st.cache.Wait()
+		return st.cache.MaxCost() - st.cache.RemainingCost()
+	}
+	// One commit of a huge cost is one log entry, not a hundred thousand.
+	big := []domain.Limit{lim("big", sliding(100_000, time.Hour), 100_000)}
+	_, err := st.Evaluate(t.Context(), at(0), big)
+	require.NoError(t, err)
+	_, err = st.Evaluate(t.Context(), at(0), big) // a hit: the entry settles
+	require.NoError(t, err)
+	base := cached()
+	assert.Less(t, base, int64(1024))
+
+	// A thousand commits at distinct instants hold a thousand entries:
+	// the estimate follows, reported to ristretto as it doubles.
+	many := []domain.Limit{lim("many", sliding(1000, time.Hour), 1)}
+	for i := range 1000 {
+		r, err := st.Evaluate(t.Context(), at(time.Duration(i)*time.Millisecond), many)
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+	}
+	grown := cached() - base
+	assert.Greater(t, grown, int64(1000*16), "the log's growth was not reported")
+	assert.Less(t, grown, int64(3*1000*logEntryBytes))
+}
