@@ -1,6 +1,7 @@
 package local
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/dgraph-io/ristretto/v2"
@@ -48,6 +49,9 @@ func (s *Store) lookup(key string, create bool) *entry {
 		if !create {
 			return nil
 		}
+		// A copy, so that an entry never pins a caller's larger buffer and
+		// its cost estimate counts what it holds.
+		key = strings.Clone(key)
 		e = &entry{key: key}
 		sh.m[key] = e
 		s.offer(sh, e, e.costLocked()) // no one else can hold e yet

@@ -135,6 +135,9 @@ const (
 	afterRecost
 )
 
+// decide is Evaluate (commit) and Peek: find every entry, lock them all in
+// key order, check every limit, and consume on every key only if all
+// allowed.
 func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit, commit bool) (domain.Result, error) {
 	var res domain.Result
 	if err := ctx.Err(); err != nil {
@@ -151,13 +154,13 @@ func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit
 	t := domain.UnixMicros(now)
 	s.observe(t)
 
-	res.N = len(limits)
-	if res.N == 1 {
+	n := len(limits)
+	res.N = n
+	if n == 1 {
 		res.PerLimit[0] = s.decideOne(&limits[0], t, commit)
 		res.Finish()
 		return res, nil
 	}
-	n := len(limits)
 	var b batch
 	for i := range limits {
 		b.ents[i], b.hit[i] = s.find(limits[i].Key, commit)
@@ -282,8 +285,8 @@ func (s *Store) lockAll(b *batch, limits []domain.Limit, create bool) {
 	}
 }
 
-// sortByKey fills order with 0..len(limits)-1 sorted by key: insertion sort
-// on the stack, a no-op for one key.
+// sortByKey fills order with 0..len(limits)-1 sorted by key: an insertion
+// sort on the stack, allocation-free for the few keys of a request.
 func sortByKey(order *[domain.MaxLimits]uint8, limits []domain.Limit) {
 	for i := range limits {
 		order[i] = uint8(i)
