@@ -25,6 +25,9 @@ const (
 	// CodeInvalidLimit marks a limit set handed to a store that breaks the
 	// store contract (zero limit, empty key, too many keys...).
 	CodeInvalidLimit Code = "ERR-STORE-03"
+	// CodeCrossSlot marks a key set that would span two Redis Cluster hash
+	// slots: a key-building bug, not an outage, refused before sending.
+	CodeCrossSlot Code = "ERR-STORE-04"
 )
 
 // Sentinel errors. Match them with errors.Is; the typed errors below wrap
@@ -60,7 +63,9 @@ func CodeOf(err error) Code {
 	switch {
 	case errors.Is(err, ErrStoreTimeout):
 		return CodeStoreTimeout
-	case errors.Is(err, ErrStoreUnavailable), errors.Is(err, ErrStoreClosed), errors.Is(err, ErrCrossSlot):
+	case errors.Is(err, ErrCrossSlot):
+		return CodeCrossSlot
+	case errors.Is(err, ErrStoreUnavailable), errors.Is(err, ErrStoreClosed):
 		return CodeStoreUnavailable
 	case errors.Is(err, ErrInvalidLimit):
 		return CodeInvalidLimit

@@ -70,6 +70,7 @@ func TestErrorsCarryCodes(t *testing.T) {
 	assert.Contains(t, ce.Error(), "ERR-172-05")
 	assert.Contains(t, ce.Error(), "hmac_secret")
 	assert.Equal(t, domain.CodeStoreTimeout, domain.CodeOf(domain.ErrStoreTimeout))
-	assert.Equal(t, domain.CodeStoreUnavailable, domain.CodeOf(domain.ErrCrossSlot))
+	assert.Equal(t, domain.CodeCrossSlot, domain.CodeOf(domain.ErrCrossSlot))
+	assert.Equal(t, domain.CodeStoreUnavailable, domain.CodeOf(domain.ErrStoreClosed))
 	assert.Equal(t, domain.Code(""), domain.CodeOf(nil))
 }

@@ -48,6 +48,10 @@ const (
 	MinPeriod = time.Millisecond
 	MaxPeriod = 366 * 24 * time.Hour
 	MaxLimit  = 1 << 30
+	// MaxSlidingLogLimit caps a SlidingLog window: the log keeps one record
+	// per admitted unit (one ZSET member on Redis, about 32 to 118 bytes),
+	// so a larger limit belongs to GCRA, whose memory does not grow with it.
+	MaxSlidingLogLimit = 100_000
 )
 
 // Well-known window names (seed PD-172). Any other non-empty name is allowed.
@@ -78,6 +82,8 @@ func (w Window) validate(i int) error {
 		return &LimitError{Index: i, Field: "limit", Reason: "must be at least 1"}
 	case w.Limit > MaxLimit:
 		return &LimitError{Index: i, Field: "limit", Reason: fmt.Sprintf("must be at most %d", MaxLimit)}
+	case w.Algorithm == SlidingLog && w.Limit > MaxSlidingLogLimit:
+		return &LimitError{Index: i, Field: "limit", Reason: fmt.Sprintf("must be at most %d for a sliding log (use gcra for larger limits)", MaxSlidingLogLimit)}
 	case w.Period < MinPeriod:
 		return &LimitError{Index: i, Field: "period", Reason: fmt.Sprintf("must be at least %s", MinPeriod)}
 	case w.Period > MaxPeriod:

@@ -255,7 +255,7 @@ func TestCrossSlotIsRefusedBeforeSending(t *testing.T) {
 		_, err := s.Evaluate(t.Context(), time.Now(), limits)
 		require.ErrorIs(t, err, domain.ErrCrossSlot)
 		assert.NotContains(t, err.Error(), "CROSSSLOT", "refused by the store, not by the server")
-		assert.Equal(t, domain.CodeStoreUnavailable, domain.CodeOf(err))
+		assert.Equal(t, domain.CodeCrossSlot, domain.CodeOf(err))
 	})
 }
 
@@ -327,7 +327,7 @@ func TestScriptCacheFlushMidRunFailsNoDecision(t *testing.T) {
 				workers.Go(func() {
 					tg := tag(t)
 					limits := []domain.Limit{
-						{Key: fmt.Sprintf("flush:{%s}:%d:a", tg, g), Window: sliding(1_000_000, time.Hour), Cost: 1},
+						{Key: fmt.Sprintf("flush:{%s}:%d:a", tg, g), Window: sliding(domain.MaxSlidingLogLimit, time.Hour), Cost: 1},
 						{Key: fmt.Sprintf("flush:{%s}:%d:b", tg, g), Window: gcra(1_000_000, time.Hour), Cost: 1},
 					}
 					for time.Now().Before(deadline) {
