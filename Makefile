@@ -31,6 +31,12 @@ test: deps
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 20m $(PKGS)
 
+## demo: run the demo on the embedded local store, with a throw-away HMAC
+## secret unless RATE_LIMIT_HMAC_SECRET is set (sluice itself has no default).
+demo:
+	@secret="$${RATE_LIMIT_HMAC_SECRET:-$$(head -c32 /dev/urandom | od -An -tx1 | tr -d ' \n')}"; \
+	RATE_LIMIT_HMAC_SECRET="$$secret" $(GO) run ./examples/demo
+
 ## lint: gofmt and go vet.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
