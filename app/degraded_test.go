@@ -65,7 +65,7 @@ func TestDegradedMatrix(t *testing.T) {
 								}
 							case "bypass":
 								assert.Equal(t, domain.BypassDegraded, d.State)
-								assert.False(t, d.Enforced(), "the handler runs")
+								assert.False(t, d.Blocks(), "the handler runs")
 								assert.Equal(t, domain.DegradedCapFactor*f.burst, d.Limit, "cap = 2 × burst")
 								assert.Equal(t, domain.DegradedCapFactor*f.burst-1, d.Remaining)
 								assert.Equal(t, domain.DegradedCapPeriod, d.LimitingPeriod)

@@ -94,7 +94,7 @@ func TestEvaluateMapsTheResult(t *testing.T) {
 	}
 	d = r.eval(t, req)
 	assert.Equal(t, domain.Throttled, d.State)
-	assert.True(t, d.Enforced())
+	assert.True(t, d.Blocks())
 	assert.Equal(t, domain.CauseLimitExceeded, d.Cause)
 	assert.Equal(t, domain.DimensionUser, d.LimitingDimension)
 	assert.Equal(t, time.Second, d.RetryAfter)
@@ -150,7 +150,7 @@ func TestEvaluateInvalidContext(t *testing.T) {
 			d := r.eval(t, tt.req)
 			assert.Equal(t, domain.RejectedInvalidContext, d.State)
 			assert.Equal(t, tt.cause, d.Cause)
-			assert.True(t, d.Enforced())
+			assert.True(t, d.Blocks())
 			assert.Zero(t, r.store.calls.Load(), "an invalid context never reaches the store")
 			rec := r.rec.last()
 			assert.Equal(t, d, rec.Decision)
@@ -233,7 +233,7 @@ func TestShadowMode(t *testing.T) {
 	d := r.eval(t, req)
 	assert.Equal(t, domain.Throttled, d.State, "the decision is computed")
 	assert.True(t, d.Shadow)
-	assert.False(t, d.Enforced(), "and not enforced")
+	assert.False(t, d.Blocks(), "and not enforced")
 	assert.True(t, r.rec.last().Decision.Shadow, "and recorded as shadow")
 
 	d = r.eval(t, app.Request{Route: "nope"})

@@ -133,6 +133,7 @@ type Decision struct {
 	Shadow bool
 }
 
-// Enforced reports whether the caller should let the request through:
-// always in shadow mode, otherwise when the state passes.
-func (d Decision) Enforced() bool { return !d.Shadow && !d.State.Passes() }
+// Blocks reports whether the caller must refuse the request: the state
+// does not pass (Throttled, DeniedDegraded, RejectedInvalidContext) and
+// shadow mode is off. In shadow mode nothing blocks.
+func (d Decision) Blocks() bool { return !d.Shadow && !d.State.Passes() }

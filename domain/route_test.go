@@ -90,6 +90,6 @@ func TestStateNames(t *testing.T) {
 	assert.True(t, domain.Allowed.Passes())
 	assert.True(t, domain.BypassDegraded.Passes())
 	assert.False(t, domain.Throttled.Passes())
-	assert.False(t, domain.Decision{State: domain.Throttled, Shadow: true}.Enforced(), "shadow mode never blocks")
-	assert.True(t, domain.Decision{State: domain.DeniedDegraded}.Enforced())
+	assert.False(t, domain.Decision{State: domain.Throttled, Shadow: true}.Blocks(), "shadow mode never blocks")
+	assert.True(t, domain.Decision{State: domain.DeniedDegraded}.Blocks())
 }

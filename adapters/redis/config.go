@@ -177,10 +177,7 @@ func (c Config) clientOption() (rueidis.ClientOption, error) {
 	if opt.ClientName == "" {
 		opt.ClientName = "sluice"
 	}
-	opt.Dialer.Timeout = c.DialTimeout
-	if opt.Dialer.Timeout == 0 {
-		opt.Dialer.Timeout = DefaultDialTimeout
-	}
+	opt.Dialer.Timeout = c.dialTimeout()
 	// The script reads and writes; nothing is worth caching client-side,
 	// and tracking would cost the server memory per connection.
 	opt.DisableCache = true
@@ -218,4 +215,12 @@ func WithClient(c rueidis.Client) Option {
 // from Config (buffer sizes, pipelining, TLS details...) before connecting.
 func WithClientOption(f func(*rueidis.ClientOption)) Option {
 	return func(o *options) { o.tuneClient = append(o.tuneClient, f) }
+}
+
+// dialTimeout is DialTimeout or its default.
+func (c Config) dialTimeout() time.Duration {
+	if c.DialTimeout == 0 {
+		return DefaultDialTimeout
+	}
+	return c.DialTimeout
 }

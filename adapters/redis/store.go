@@ -131,7 +131,34 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 		return nil, &domain.ConfigError{Field: "redis.mode", Reason: "cluster required, but the server is " + string(client.Mode())}
 	}
 	s.client, s.ownClient = client, true
+	// Load the script at boot (seed PD-172 §2.2) so that the first
+	// decisions do not pay for it under their 50 ms deadline. A failure here
+	// is not fatal: EVALSHA falls back to EVAL on NOSCRIPT.
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.dialTimeout())
+	defer cancel()
+	_ = s.LoadScript(ctx)
 	return s, nil
+}
+
+// LoadScript sends SCRIPT LOAD of lua.RateLimitV1 to every node and checks
+// that each answers with lua.RateLimitV1SHA1. New calls it once; call it
+// again after a server restart to spare the first decisions a NOSCRIPT
+// round trip.
+func (s *Store) LoadScript(ctx context.Context) error {
+	if s.closed.Load() {
+		return domain.ErrStoreClosed
+	}
+	var errs []error
+	for addr, node := range s.client.Nodes() {
+		sha, err := node.Do(ctx, node.B().ScriptLoad().Script(lua.RateLimitV1).Build()).ToString()
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%w: SCRIPT LOAD on %s: %w", domain.ErrStoreUnavailable, addr, err))
+		case sha != lua.RateLimitV1SHA1:
+			errs = append(errs, fmt.Errorf("sluice redis: SCRIPT LOAD on %s returned %s, want %s", addr, sha, lua.RateLimitV1SHA1))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Client returns the underlying rueidis client, e.g. for a health check

@@ -696,3 +696,40 @@ func TestConfigValidate(t *testing.T) {
 	}
 	require.NoError(t, redis.Config{URL: "redis://user:pw@127.0.0.1:6379/2"}.Validate())
 }
+
+// TestNewLoadsTheScriptOnEveryNode: the script is in every node's cache
+// before the first decision (seed PD-172 §2.2), and LoadScript reloads it
+// after a flush.
+func TestNewLoadsTheScriptOnEveryNode(t *testing.T) {
+	exists := func(addr string) int64 {
+		v := do(t, addr, "SCRIPT", "EXISTS", lua.RateLimitV1SHA1)
+		list, ok := v.([]any)
+		require.True(t, ok, "SCRIPT EXISTS reply %T", v)
+		require.Len(t, list, 1)
+		return list[0].(int64)
+	}
+	t.Run("standalone", func(t *testing.T) {
+		srv := redistest.NewServer(t)
+		s := newStore(t, redis.Config{Addrs: []string{srv.Addr()}, Timeout: testTimeout})
+		assert.Equal(t, int64(1), exists(srv.Addr()))
+		do(t, srv.Addr(), "SCRIPT", "FLUSH")
+		require.Equal(t, int64(0), exists(srv.Addr()))
+		require.NoError(t, s.LoadScript(t.Context()))
+		assert.Equal(t, int64(1), exists(srv.Addr()))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		addrs := redistest.Cluster(t)
+		for _, a := range addrs {
+			do(t, a, "SCRIPT", "FLUSH")
+		}
+		newStore(t, topologies[1].cfg(t))
+		for _, a := range addrs {
+			assert.Equal(t, int64(1), exists(a), "node %s", a)
+		}
+	})
+	t.Run("closed", func(t *testing.T) {
+		s := newStore(t, topologies[0].cfg(t))
+		require.NoError(t, s.Close())
+		assert.ErrorIs(t, s.LoadScript(t.Context()), domain.ErrStoreClosed)
+	})
+}
