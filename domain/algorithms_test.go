@@ -167,3 +167,24 @@ func TestResultFinish(t *testing.T) {
 	assert.Equal(t, 5*time.Second, refused.RetryAfter)
 	assert.Equal(t, 6*time.Second, refused.ResetAfter)
 }
+
+// TestSlidingLogSteadyStateStaysBounded: a log that keeps sliding neither
+// loses exactness nor grows its backing array past a small multiple of
+// what the window holds.
+func TestSlidingLogSteadyStateStaysBounded(t *testing.T) {
+	w := domain.Window{Limit: 100, Period: time.Second}
+	var s domain.LogState
+	admitted := 0
+	for i := range int64(20_000) {
+		now := t0 + i*2_500 // 400 attempts per second for a limit of 100
+		st := s.Check(now, w, 1)
+		if st.Allowed {
+			s.Committed(now, w, 1, st)
+			admitted++
+		}
+		require.LessOrEqual(t, s.Entries(), 100)
+	}
+	// 50 s of traffic: exactly 100 units per second.
+	assert.Equal(t, 5_000, admitted)
+	assert.LessOrEqual(t, s.Cap(), 2*100+64)
+}

@@ -7,9 +7,17 @@ package domain
 // The zero value is an empty log. A LogState is not safe for simultaneous
 // use; a store guards it with its own lock.
 type LogState struct {
+	// entries[head:] are the recorded entries; entries[:head] have left the
+	// window and wait to be compacted away, so that expiring the oldest
+	// entry costs O(1) instead of a copy of the whole log.
 	entries []logEntry
-	total   int64 // sum of entries[i].n
+	head    int
+	total   int64 // sum of entries[head:].n
 }
+
+// compactAt is how many expired entries may sit before the live ones
+// before the log is compacted (and only once they are half the slice).
+const compactAt = 32
 
 type logEntry struct {
 	at int64 // unix microseconds
@@ -19,15 +27,16 @@ type logEntry struct {
 // trim drops the entries that left the window (now-period, now].
 func (s *LogState) trim(now int64, w Window) {
 	cutoff := now - w.PeriodMicros()
-	i := 0
-	for i < len(s.entries) && s.entries[i].at <= cutoff {
-		s.total -= s.entries[i].n
-		i++
+	for s.head < len(s.entries) && s.entries[s.head].at <= cutoff {
+		s.total -= s.entries[s.head].n
+		s.head++
 	}
-	if i > 0 {
-		n := copy(s.entries, s.entries[i:])
-		clear(s.entries[n:])
-		s.entries = s.entries[:n]
+	switch {
+	case s.head == len(s.entries):
+		s.entries, s.head = s.entries[:0], 0
+	case s.head >= compactAt && 2*s.head >= len(s.entries):
+		n := copy(s.entries, s.entries[s.head:])
+		s.entries, s.head = s.entries[:n], 0
 	}
 }
 
@@ -42,7 +51,7 @@ func (s *LogState) Check(now int64, w Window, cost int64) LimitStatus {
 	} else {
 		// The request passes once enough of the oldest units leave.
 		need := s.total + cost - w.Limit
-		for _, e := range s.entries {
+		for _, e := range s.entries[s.head:] {
 			need -= e.n
 			if need <= 0 {
 				st.RetryAfter = Micros(e.at + w.PeriodMicros() - now)
@@ -50,7 +59,7 @@ func (s *LogState) Check(now int64, w Window, cost int64) LimitStatus {
 			}
 		}
 	}
-	if len(s.entries) > 0 {
+	if len(s.entries) > s.head {
 		st.ResetAfter = Micros(s.entries[len(s.entries)-1].at + w.PeriodMicros() - now)
 	}
 	return st
@@ -62,17 +71,17 @@ func (s *LogState) Commit(now int64, w Window, cost int64) {
 	s.total += cost
 	n := len(s.entries)
 	switch {
-	case n == 0 || s.entries[n-1].at < now:
+	case n == s.head || s.entries[n-1].at < now:
 		s.entries = append(s.entries, logEntry{at: now, n: cost})
 	case s.entries[n-1].at == now:
 		s.entries[n-1].n += cost
 	default:
 		// The clock went backwards: keep the log ordered.
 		i := n - 1
-		for i > 0 && s.entries[i-1].at > now {
+		for i > s.head && s.entries[i-1].at > now {
 			i--
 		}
-		if i > 0 && s.entries[i-1].at == now {
+		if i > s.head && s.entries[i-1].at == now {
 			s.entries[i-1].n += cost
 			return
 		}
@@ -94,16 +103,21 @@ func (s *LogState) Committed(now int64, w Window, cost int64, checked LimitStatu
 // included until the next Check).
 func (s *LogState) Len() int64 { return s.total }
 
+// Entries returns how many distinct instants the log records, the measure
+// of its memory; Cap the entries its backing array can hold.
+func (s *LogState) Entries() int { return len(s.entries) - s.head }
+
+// Cap returns how many entries the log can hold without growing.
+func (s *LogState) Cap() int { return cap(s.entries) }
+
 // Idle reports whether the log holds nothing inside the window at now: the
 // key may then be dropped without changing any answer.
 func (s *LogState) Idle(now int64, w Window) bool {
 	n := len(s.entries)
-	return n == 0 || s.entries[n-1].at <= now-w.PeriodMicros()
+	return n == s.head || s.entries[n-1].at <= now-w.PeriodMicros()
 }
 
 // Reset empties the log.
 func (s *LogState) Reset() {
-	clear(s.entries)
-	s.entries = s.entries[:0]
-	s.total = 0
+	s.entries, s.head, s.total = s.entries[:0], 0, 0
 }

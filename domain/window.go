@@ -102,7 +102,10 @@ func (w Window) PeriodMicros() int64 { return int64(w.Period / time.Microsecond)
 // EmissionMicros is the GCRA emission interval: Period/Limit truncated to
 // the microsecond, at least 1. Truncation keeps the arithmetic exact and
 // identical in every store (Go integers, Lua doubles); it lets the sustained
-// rate exceed Limit/Period by less than one microsecond per unit.
+// rate exceed Limit/Period by less than one microsecond per unit. A window
+// with more units than microseconds in its period is clamped to one unit
+// per microsecond: its burst is still Limit, its sustained rate lower than
+// asked.
 func (w Window) EmissionMicros() int64 {
 	e := w.PeriodMicros() / w.Limit
 	if e < 1 {

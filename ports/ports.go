@@ -31,7 +31,12 @@ type Store interface {
 	// now is the instant of the decision; a store may be configured to use
 	// its own clock instead (e.g. Redis TIME), and must then say so in its
 	// documentation. A now earlier than a previous call's (a clock that went
-	// backwards) must never admit more than a window's limit.
+	// backwards, or callers whose clocks disagree) must neither hang nor
+	// admit more than a window's limit over the units the store still
+	// holds: units recorded at a later instant count. A store may forget
+	// units that had already left their window at the latest instant it
+	// saw (a sliding log trims them, Redis expires them), so a jump back by
+	// more than a period can find them gone.
 	//
 	// A request that breaks the contract of domain.ValidateLimits is refused
 	// with a *domain.LimitError before anything is read or written.
@@ -42,11 +47,13 @@ type Store interface {
 	Peek(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error)
 
 	// Reset forgets every unit counted on key, whatever its algorithm.
-	// Resetting an unknown key is not an error.
+	// Resetting an unknown key is not an error; an empty key is refused
+	// with a *domain.LimitError.
 	Reset(ctx context.Context, key string) error
 
-	// Close releases the store's resources. Further calls return
-	// domain.ErrStoreClosed. Close is idempotent.
+	// Close releases the store's resources. Further calls of the other
+	// methods return domain.ErrStoreClosed. Close is idempotent: a second
+	// Close returns nil.
 	Close() error
 }
 

@@ -20,11 +20,10 @@ type entry struct {
 	period int64            // period (µs) of the window last consumed under
 	log    domain.LogState
 	gcra   domain.GCRAState
-	// entries bounds the sliding log's entries from above: a commit adds
-	// at most one, and there are never more entries than units. logCost is
-	// the entry count the cost estimate covers, never less than the largest
-	// bound seen, as a log's backing array never shrinks.
-	entries, logCost int64
+	// logCost is the entry count the cost estimate covers: twice the
+	// capacity of the log's backing array when it last outgrew the
+	// estimate, which only a reset shrinks.
+	logCost int64
 	// resident is set when a Get found the entry in ristretto, cleared when
 	// ristretto gave it up (eviction, refusal) or a Get missed it.
 	resident bool
@@ -96,18 +95,17 @@ func (e *entry) commitLocked(l *domain.Limit, now int64, checked domain.LimitSta
 	if e.algo != w.Algorithm {
 		// The old algorithm's state means nothing to the new one; the zero
 		// values also release a log's backing array.
-		e.log, e.gcra, e.algo, e.entries = domain.LogState{}, domain.GCRAState{}, w.Algorithm, 0
+		e.log, e.gcra, e.algo = domain.LogState{}, domain.GCRAState{}, w.Algorithm
 	}
 	e.period = w.PeriodMicros()
 	if w.Algorithm == domain.GCRA {
 		return e.gcra.Committed(now, w, l.Cost, checked), false
 	}
 	st := e.log.Committed(now, w, l.Cost, checked)
-	e.entries = min(e.entries+1, e.log.Len())
-	if e.entries > max(e.logCost, baseEntries) {
-		// Cover twice the entries: the estimate stays ahead of the log
+	if c := int64(e.log.Cap()); c > max(e.logCost, baseEntries) {
+		// Cover twice the capacity: the estimate stays ahead of the log
 		// until it doubles, which bounds the cost updates to log2(limit).
-		e.logCost = 2 * e.entries
+		e.logCost = 2 * c
 		return st, true
 	}
 	return st, false
@@ -115,5 +113,5 @@ func (e *entry) commitLocked(l *domain.Limit, now int64, checked domain.LimitSta
 
 // resetLocked forgets every unit counted. Called with mu held.
 func (e *entry) resetLocked() {
-	e.log, e.gcra, e.entries = domain.LogState{}, domain.GCRAState{}, 0
+	e.log, e.gcra = domain.LogState{}, domain.GCRAState{}
 }
