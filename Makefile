@@ -24,10 +24,11 @@ deps:
 ## test: set up, then run every test with the race detector. Integration
 ## tests start their own redis-server processes on loopback ports (or use
 ## REDIS_URL / REDIS_CLUSTER_ADDRS); with CI=true a missing Redis fails.
-## A first pass runs the allocation tests, which need a build without the
-## race detector (it allocates on its own); then everything runs under it.
+## A first pass, built without the race detector (which allocates on its
+## own), runs the allocation tests and every benchmark once, so that none
+## rots; then everything runs under the race detector.
 test: deps
-	$(GO) test -count=1 -run 'Allocs' -timeout 5m $(PKGS)
+	$(GO) test -count=1 -run 'Allocs' -bench . -benchtime 1x -timeout 5m $(PKGS)
 	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
 
 ## bench: every benchmark, with allocations, compared within one run.

@@ -24,6 +24,9 @@ func benchConfig() app.Config {
 	for _, ws := range [][]app.WindowConfig{w.IP, w.User, w.APIKey, w.Tenant, w.TenantGlobal} {
 		for i := range ws {
 			ws[i].Limit = 1 << 20
+			if ws[i].Algorithm != "gcra" {
+				ws[i].Limit = domain.MaxSlidingLogLimit
+			}
 		}
 	}
 	return cfg
