@@ -2,6 +2,7 @@ package local
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -124,5 +125,42 @@ func BenchmarkEvaluateNewKeys(b *testing.B) {
 			b.Fatal(err)
 		}
 		i++
+	}
+}
+
+// BenchmarkBaseline is the floor the store is measured against, in the same
+// run: the domain algorithm of one key under one mutex, with no index, no
+// validation and no cache. Evaluate1Key over Baseline is the cost of being
+// a bounded, concurrent, all-or-nothing store.
+func BenchmarkBaseline(b *testing.B) {
+	for _, bw := range benchWindows {
+		b.Run(bw.name, func(b *testing.B) {
+			var mu sync.Mutex
+			var log domain.LogState
+			var g domain.GCRAState
+			now := domain.UnixMicros(t0)
+			step := int64(bw.step / time.Microsecond)
+			b.ReportAllocs()
+			for b.Loop() {
+				now += step
+				mu.Lock()
+				var st domain.LimitStatus
+				if bw.w.Algorithm == domain.GCRA {
+					st = g.Check(now, bw.w, 1)
+					if st.Allowed {
+						st = g.Committed(now, bw.w, 1, st)
+					}
+				} else {
+					st = log.Check(now, bw.w, 1)
+					if st.Allowed {
+						st = log.Committed(now, bw.w, 1, st)
+					}
+				}
+				mu.Unlock()
+				if !st.Allowed {
+					b.Fatal("refused")
+				}
+			}
+		})
 	}
 }
