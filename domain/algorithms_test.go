@@ -24,6 +24,28 @@ type step struct {
 
 const t0 = int64(1_700_000_000_000_000) // an arbitrary instant, in µs
 
+// algorithm is what LogState and GCRAState have in common.
+type algorithm interface {
+	Check(now int64, w domain.Window, cost int64) domain.LimitStatus
+	Committed(now int64, w domain.Window, cost int64, checked domain.LimitStatus) domain.LimitStatus
+}
+
+// replay runs a timeline on one key's state, committing what is allowed.
+func replay(t *testing.T, s algorithm, w domain.Window, steps []step) {
+	t.Helper()
+	for i, st := range steps {
+		now := t0 + st.at
+		got := s.Check(now, w, st.cost)
+		if got.Allowed {
+			got = s.Committed(now, w, st.cost, got)
+		}
+		assert.Equal(t, st.ok, got.Allowed, "step %d allowed", i)
+		assert.Equal(t, st.remaining, got.Remaining, "step %d remaining", i)
+		assert.Equal(t, st.retry, got.RetryAfter, "step %d retry-after", i)
+		assert.Equal(t, st.reset, got.ResetAfter, "step %d reset-after", i)
+	}
+}
+
 func TestSlidingLogTimeline(t *testing.T) {
 	w := domain.Window{Name: "burst", Limit: 3, Period: time.Second}
 	steps := []step{
@@ -41,18 +63,7 @@ func TestSlidingLogTimeline(t *testing.T) {
 		{at: 2_000_000, cost: 3, ok: true, remaining: 0, reset: time.Second},
 		{at: 2_000_000, cost: 1, ok: false, remaining: 0, retry: time.Second, reset: time.Second},
 	}
-	var s domain.LogState
-	for i, st := range steps {
-		now := t0 + st.at
-		got := s.Check(now, w, st.cost)
-		if got.Allowed {
-			got = s.Committed(now, w, st.cost, got)
-		}
-		assert.Equal(t, st.ok, got.Allowed, "step %d allowed", i)
-		assert.Equal(t, st.remaining, got.Remaining, "step %d remaining", i)
-		assert.Equal(t, st.retry, got.RetryAfter, "step %d retry-after", i)
-		assert.Equal(t, st.reset, got.ResetAfter, "step %d reset-after", i)
-	}
+	replay(t, &domain.LogState{}, w, steps)
 }
 
 func TestSlidingLogClockBackwards(t *testing.T) {
@@ -106,18 +117,7 @@ func TestGCRATimeline(t *testing.T) {
 		// Idle for a long time: back to the full burst, no more.
 		{at: 60_000_000, cost: 4, ok: true, remaining: 0, reset: time.Second},
 	}
-	var s domain.GCRAState
-	for i, st := range steps {
-		now := t0 + st.at
-		got := s.Check(now, w, st.cost)
-		if got.Allowed {
-			got = s.Committed(now, w, st.cost, got)
-		}
-		assert.Equal(t, st.ok, got.Allowed, "step %d allowed", i)
-		assert.Equal(t, st.remaining, got.Remaining, "step %d remaining", i)
-		assert.Equal(t, st.retry, got.RetryAfter, "step %d retry-after", i)
-		assert.Equal(t, st.reset, got.ResetAfter, "step %d reset-after", i)
-	}
+	replay(t, &domain.GCRAState{}, w, steps)
 }
 
 func TestGCRAClockBackwards(t *testing.T) {
