@@ -232,9 +232,15 @@ func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, c
 	}
 	buf.keys, buf.args = keys, args
 
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	// A caller whose own deadline already comes first (app.Limiter sets
+	// its store deadline) needs no second timer on the hot path.
+	cctx := ctx
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.timeout {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
 	resp := s.script.Exec(cctx, s.client, keys, args)
-	cancel()
 	if err := resp.Error(); err != nil {
 		return res, s.mapErr(ctx, err, s.timeout)
 	}
