@@ -110,4 +110,6 @@ func (discardRecorder) RecordDecision(context.Context, ports.DecisionRecord) err
 func (discardRecorder) RecordTransition(context.Context, domain.StateChange, time.Time) error {
 	return nil
 }
-func (discardRecorder) RecordStoreLatency(context.Context, time.Duration, error) {}
+func (discardRecorder) RecordStoreCall(context.Context, ports.StoreCall) {}
+
+func (discardRecorder) RecordReset(context.Context, ports.ResetRecord) error { return nil }

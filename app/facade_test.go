@@ -165,7 +165,7 @@ func TestAllow(t *testing.T) {
 			assert.True(t, found, "no %s key of ADR-002's form among %q", name, keys)
 		}
 		for _, k := range keys {
-			assert.Equal(t, domain.HashTag(keys[0]), domain.HashTag(k), "one tenant, one slot")
+			assert.Equal(t, hashTag(keys[0]), hashTag(k), "one tenant, one slot")
 		}
 	})
 }

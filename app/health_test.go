@@ -153,7 +153,7 @@ func TestDefaultProberPeeksTheStore(t *testing.T) {
 	assert.Equal(t, domain.Recovering, st)
 	assert.Zero(t, primary.calls.Load(), "probes never consume")
 	for _, k := range primary.seen() {
-		assert.Equal(t, "__health__", domain.HashTag(k))
+		assert.Equal(t, "__health__", hashTag(k))
 	}
 }
 

@@ -91,7 +91,9 @@ func (r *recorder) RecordTransition(_ context.Context, c domain.StateChange, _ t
 	return r.failTrans
 }
 
-func (r *recorder) RecordStoreLatency(context.Context, time.Duration, error) {
+func (r *recorder) RecordReset(context.Context, ports.ResetRecord) error { return nil }
+
+func (r *recorder) RecordStoreCall(context.Context, ports.StoreCall) {
 	r.mu.Lock()
 	r.latencies++
 	r.mu.Unlock()
@@ -298,3 +300,17 @@ func assertNoRawIdentifier(t *testing.T, keys []string) {
 }
 
 var errRecorder = errors.New("recorder down")
+
+// hashTag returns the content of a key's first {…}: the part Redis Cluster
+// hashes, so keys with one tag share one slot.
+func hashTag(key string) string {
+	_, rest, ok := strings.Cut(key, "{")
+	if !ok {
+		return key
+	}
+	tag, _, ok := strings.Cut(rest, "}")
+	if !ok || tag == "" {
+		return key
+	}
+	return tag
+}

@@ -359,7 +359,7 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation, d domain.Decision) (d
 	res, err := l.store.Evaluate(sctx, ev.now, limits)
 	latency := l.clock.Now().Sub(start)
 	cancel()
-	l.rec.RecordStoreLatency(ctx, latency, err)
+	l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: ports.OpEvaluate, Start: start, Latency: latency, Keys: len(limits), Err: err})
 	if err == nil {
 		l.failures.Store(0)
 		d = l.fromResult(ev, d, &res)

@@ -276,7 +276,7 @@ func keysAreIsolated(e *env) {
 		}
 		for _, k := range []string{a2, b} {
 			r := e.peek("peek "+k, e.t0, limitOf(k, w, 1))
-			checkStatus(e.t, "peek "+k+" (untouched)", r.PerLimit[0], status{allowed: true, remaining: 2})
+			checkStatus(e.t, "peek "+k+" (untouched)", r.Status(0), status{allowed: true, remaining: 2})
 			r = e.evaluate("evaluate "+k, e.t0, limitOf(k, w, 2))
 			if !r.Allowed || r.Remaining != 0 {
 				e.t.Errorf("evaluate %s cost 2: allowed %t remaining %d, want allowed with 0 remaining", k, r.Allowed, r.Remaining)
@@ -349,7 +349,7 @@ func allOrNothingAcrossNineKeys(e *env) {
 					continue
 				}
 				r := e.peek("peek key "+strconv.Itoa(i), e.t0, l)
-				checkStatus(e.t, "peek key "+strconv.Itoa(i)+" after the refusals", r.PerLimit[0], status{allowed: true, remaining: 3})
+				checkStatus(e.t, "peek key "+strconv.Itoa(i)+" after the refusals", r.Status(0), status{allowed: true, remaining: 3})
 				others, otherWs = append(others, l), append(otherWs, ws[i])
 			}
 			r := e.evaluate("the eight others", e.t0, others...)
@@ -402,8 +402,8 @@ func slidingLogAndGCRAInOneRequest(e *env) {
 		label := stepLabel(i, "evaluate", step{at: rw.at, cost: 1})
 		r := e.evaluate(label, e.at(rw.at), limitOf(b, burst, 1), limitOf(su, sustained, 1))
 		checkResult(e.t, label, r, rw.agg)
-		checkStatus(e.t, label+": burst", r.PerLimit[0], rw.burst)
-		checkStatus(e.t, label+": sustained", r.PerLimit[1], rw.su)
+		checkStatus(e.t, label+": burst", r.Status(0), rw.burst)
+		checkStatus(e.t, label+": sustained", r.Status(1), rw.su)
 	}
 }
 
@@ -421,18 +421,18 @@ func refusalReportsLongestRetryAfter(e *env) {
 	// wins), and free admits.
 	r := e.evaluate("[b a c free]", e.at(s), b, a, c, free)
 	checkResult(e.t, "[b a c free]", r, outcome{allowed: false, limiting: 1, remaining: 0, retryAfter: 9 * s, resetAfter: 9 * s})
-	checkStatus(e.t, "[b a c free]: b", r.PerLimit[0], status{remaining: 0, retryAfter: 4 * s, resetAfter: 4 * s})
-	checkStatus(e.t, "[b a c free]: a", r.PerLimit[1], status{remaining: 0, retryAfter: 9 * s, resetAfter: 9 * s})
-	checkStatus(e.t, "[b a c free]: c", r.PerLimit[2], status{remaining: 0, retryAfter: 9 * s, resetAfter: 9 * s})
-	checkStatus(e.t, "[b a c free]: free", r.PerLimit[3], status{allowed: true, remaining: 5})
+	checkStatus(e.t, "[b a c free]: b", r.Status(0), status{remaining: 0, retryAfter: 4 * s, resetAfter: 4 * s})
+	checkStatus(e.t, "[b a c free]: a", r.Status(1), status{remaining: 0, retryAfter: 9 * s, resetAfter: 9 * s})
+	checkStatus(e.t, "[b a c free]: c", r.Status(2), status{remaining: 0, retryAfter: 9 * s, resetAfter: 9 * s})
+	checkStatus(e.t, "[b a c free]: free", r.Status(3), status{allowed: true, remaining: 5})
 	// GCRA 1 per 20s after one unit: the arrival time is t0+20s, so one more
 	// unit at t0+1s waits 19s, longer than any sliding log here.
 	r = e.evaluate("[free b d a]", e.at(s), free, b, d, a)
 	checkResult(e.t, "[free b d a]", r, outcome{allowed: false, limiting: 2, remaining: 0, retryAfter: 19 * s, resetAfter: 19 * s})
-	checkStatus(e.t, "[free b d a]: d", r.PerLimit[2], status{remaining: 0, retryAfter: 19 * s, resetAfter: 19 * s})
+	checkStatus(e.t, "[free b d a]: d", r.Status(2), status{remaining: 0, retryAfter: 19 * s, resetAfter: 19 * s})
 	// Refusals consumed nothing on free.
 	r = e.peek("free afterwards", e.at(s), free)
-	checkStatus(e.t, "free afterwards", r.PerLimit[0], status{allowed: true, remaining: 5})
+	checkStatus(e.t, "free afterwards", r.Status(0), status{allowed: true, remaining: 5})
 }
 
 func allowedReportsLeastRemaining(e *env) {
@@ -444,13 +444,13 @@ func allowedReportsLeastRemaining(e *env) {
 	// the result's reset-after is g's, not h's.
 	r := e.evaluate("[f g h]", e.t0, f, g, h)
 	checkResult(e.t, "[f g h]", r, outcome{allowed: true, limiting: 1, remaining: 2, resetAfter: 10 * s})
-	checkStatus(e.t, "[f g h]: f", r.PerLimit[0], status{allowed: true, remaining: 4, resetAfter: 10 * s})
-	checkStatus(e.t, "[f g h]: g", r.PerLimit[1], status{allowed: true, remaining: 2, resetAfter: 10 * s})
-	checkStatus(e.t, "[f g h]: h", r.PerLimit[2], status{allowed: true, remaining: 2, resetAfter: 1 * s})
+	checkStatus(e.t, "[f g h]: f", r.Status(0), status{allowed: true, remaining: 4, resetAfter: 10 * s})
+	checkStatus(e.t, "[f g h]: g", r.Status(1), status{allowed: true, remaining: 2, resetAfter: 10 * s})
+	checkStatus(e.t, "[f g h]: h", r.Status(2), status{allowed: true, remaining: 2, resetAfter: 1 * s})
 	r = e.evaluate("[f h]", e.t0, f, h)
 	checkResult(e.t, "[f h]", r, outcome{allowed: true, limiting: 1, remaining: 1, resetAfter: 2 * s})
-	checkStatus(e.t, "[f h]: f", r.PerLimit[0], status{allowed: true, remaining: 3, resetAfter: 10 * s})
-	checkStatus(e.t, "[f h]: h", r.PerLimit[1], status{allowed: true, remaining: 1, resetAfter: 2 * s})
+	checkStatus(e.t, "[f h]: f", r.Status(0), status{allowed: true, remaining: 3, resetAfter: 10 * s})
+	checkStatus(e.t, "[f h]: h", r.Status(1), status{allowed: true, remaining: 1, resetAfter: 2 * s})
 }
 
 func peekConsumesNothing(e *env) {
@@ -485,7 +485,7 @@ func peekConsumesNothing(e *env) {
 			e.t.Errorf("x at t0+%v: refused (retry-after %v), want allowed: a refused Peek consumed", back, r.RetryAfter)
 		}
 		r = e.peek("y after everything", e.t0, y)
-		checkStatus(e.t, "y after everything", r.PerLimit[0], status{allowed: true, remaining: 3})
+		checkStatus(e.t, "y after everything", r.Status(0), status{allowed: true, remaining: 3})
 	})
 }
 
@@ -515,12 +515,12 @@ func peekAgreesWithEvaluate(e *env) {
 				e.t.Errorf("%s: Peek said retry after %v (limiting %d), Evaluate %v (limiting %d)", label, pr.RetryAfter, pr.Limiting, er.RetryAfter, er.Limiting)
 			}
 			// Peek counts before consumption; an allowed Evaluate after.
-			want := pr.PerLimit[0].Remaining
+			want := pr.Status(0).Remaining
 			if er.Allowed {
 				want -= p.cost
 			}
-			if er.PerLimit[0].Remaining != want {
-				e.t.Errorf("%s: Peek said %d remaining before cost %d, Evaluate %d after (allowed %t)", label, pr.PerLimit[0].Remaining, p.cost, er.PerLimit[0].Remaining, er.Allowed)
+			if er.Status(0).Remaining != want {
+				e.t.Errorf("%s: Peek said %d remaining before cost %d, Evaluate %d after (allowed %t)", label, pr.Status(0).Remaining, p.cost, er.Status(0).Remaining, er.Allowed)
 			}
 		}
 	})
@@ -544,11 +544,11 @@ func resetForgetsOnlyThatKey(e *env) {
 	e.reset("reset g", g.Key)
 	for _, l := range []domain.Limit{a, g} {
 		r := e.peek("peek "+l.Key+" after its reset", e.at(s), l)
-		checkStatus(e.t, "peek "+l.Key+" after its reset", r.PerLimit[0], status{allowed: true, remaining: 3})
+		checkStatus(e.t, "peek "+l.Key+" after its reset", r.Status(0), status{allowed: true, remaining: 3})
 	}
-	checkStatus(e.t, "peek ab (not reset)", e.peek("peek ab", e.at(s), ab).PerLimit[0], status{allowed: true, remaining: 1, resetAfter: 9 * s})
-	checkStatus(e.t, "peek a* (not reset)", e.peek("peek a*", e.at(s), star).PerLimit[0], status{allowed: true, remaining: 1, resetAfter: 9 * s})
-	checkStatus(e.t, "peek g:2 (not reset)", e.peek("peek g:2", e.at(s), g2).PerLimit[0], status{allowed: true, remaining: 1, resetAfter: 5 * s})
+	checkStatus(e.t, "peek ab (not reset)", e.peek("peek ab", e.at(s), ab).Status(0), status{allowed: true, remaining: 1, resetAfter: 9 * s})
+	checkStatus(e.t, "peek a* (not reset)", e.peek("peek a*", e.at(s), star).Status(0), status{allowed: true, remaining: 1, resetAfter: 9 * s})
+	checkStatus(e.t, "peek g:2 (not reset)", e.peek("peek g:2", e.at(s), g2).Status(0), status{allowed: true, remaining: 1, resetAfter: 5 * s})
 	// A reset key counts afresh.
 	e.consume("refilling a", e.at(s), a, 3)
 	e.consume("refilling g", e.at(s), g, 3)
@@ -564,7 +564,7 @@ func resetOfUnknownKeyIsNoError(e *env) {
 	e.consume("using a", e.t0, l, 1)
 	e.reset("reset a", l.Key)
 	e.reset("reset a again", l.Key)
-	checkStatus(e.t, "peek a", e.peek("peek a", e.t0, l).PerLimit[0], status{allowed: true, remaining: 2})
+	checkStatus(e.t, "peek a", e.peek("peek a", e.t0, l).Status(0), status{allowed: true, remaining: 2})
 }
 
 func clockBackwardsNeverAdmitsMoreThanLimit(e *env) {
@@ -589,7 +589,7 @@ func clockBackwardsNeverAdmitsMoreThanLimit(e *env) {
 		// Sliding log: the t0 units leave at t0+10s. GCRA (T = 2s): the
 		// arrival time is t0+10s, so the full quota is back then.
 		r := e.evaluate("evaluate at t0+10s", e.at(10*s), l)
-		checkStatus(e.t, "evaluate at t0+10s", r.PerLimit[0], status{allowed: true, remaining: 4, resetAfter: resetAfterOne(a, 10*s, 5)})
+		checkStatus(e.t, "evaluate at t0+10s", r.Status(0), status{allowed: true, remaining: 4, resetAfter: resetAfterOne(a, 10*s, 5)})
 	})
 }
 
@@ -642,7 +642,7 @@ func cancelledContextIsAnErrorAndConsumesNothing(e *env) {
 	}
 	for _, l := range []domain.Limit{x, y} {
 		r := e.peek("peek after the cancelled calls", e.t0, l)
-		checkStatus(e.t, "peek "+l.Key+" after the cancelled calls", r.PerLimit[0], status{allowed: true, remaining: 3})
+		checkStatus(e.t, "peek "+l.Key+" after the cancelled calls", r.Status(0), status{allowed: true, remaining: 3})
 	}
 	e.consume("using x", e.t0, x, 1)
 	if err := e.store.Reset(ctx, x.Key); !errors.Is(err, context.Canceled) {
@@ -666,7 +666,7 @@ func expiredDeadlineIsAnError(e *env) {
 	if err := e.store.Reset(ctx, x.Key); !expired(err) {
 		e.t.Errorf("Reset past its deadline: error %v, want one wrapping context.DeadlineExceeded or domain.ErrStoreTimeout", err)
 	}
-	checkStatus(e.t, "peek after the expired calls", e.peek("peek", e.t0, x).PerLimit[0], status{allowed: true, remaining: 3})
+	checkStatus(e.t, "peek after the expired calls", e.peek("peek", e.t0, x).Status(0), status{allowed: true, remaining: 3})
 }
 
 func invalidRequestIsRejectedAndConsumesNothing(e *env) {
@@ -734,8 +734,8 @@ func invalidRequestIsRejectedAndConsumesNothing(e *env) {
 	}
 	// The valid limits of the refused requests consumed nothing.
 	r := e.peek("peek the valid limits", e.t0, ok, other)
-	checkStatus(e.t, "peek ok after the invalid requests", r.PerLimit[0], status{allowed: true, remaining: 3})
-	checkStatus(e.t, "peek other after the invalid requests", r.PerLimit[1], status{allowed: true, remaining: 3})
+	checkStatus(e.t, "peek ok after the invalid requests", r.Status(0), status{allowed: true, remaining: 3})
+	checkStatus(e.t, "peek other after the invalid requests", r.Status(1), status{allowed: true, remaining: 3})
 }
 
 func requestsAtTheBoundsAreAccepted(e *env) {
@@ -749,7 +749,7 @@ func requestsAtTheBoundsAreAccepted(e *env) {
 		}
 		r := e.evaluate("sixteen keys", e.t0, limits...)
 		checkResult(e.t, "sixteen keys", r, outcome{allowed: true, remaining: 2, resetAfter: 10 * s})
-		checkStatus(e.t, "sixteen keys: last limit", r.PerLimit[domain.MaxLimits-1], status{allowed: true, remaining: 2, resetAfter: 10 * s})
+		checkStatus(e.t, "sixteen keys: last limit", r.Status(domain.MaxLimits-1), status{allowed: true, remaining: 2, resetAfter: 10 * s})
 	})
 	e.t.Run("KeyOfMaxKeyLenBytes", func(t tb) {
 		e := e.sub(t, "len:")
@@ -758,13 +758,13 @@ func requestsAtTheBoundsAreAccepted(e *env) {
 		if len(l.Key) != domain.MaxKeyLen {
 			e.t.Fatalf("built a key of %d bytes, want %d", len(l.Key), domain.MaxKeyLen)
 		}
-		checkStatus(e.t, "long key", e.evaluate("long key", e.t0, l).PerLimit[0], status{allowed: true, remaining: 1, resetAfter: s})
+		checkStatus(e.t, "long key", e.evaluate("long key", e.t0, l).Status(0), status{allowed: true, remaining: 1, resetAfter: s})
 	})
 	e.t.Run("CostEqualToLimit", func(t tb) {
 		e := e.sub(t, "cost:")
 		e.forEachAlgorithm(func(e *env, a domain.Algorithm) {
 			l := limitOf(e.key("a"), window(a, 5, 10*s), 5)
-			checkStatus(e.t, "cost 5 of 5", e.evaluate("cost 5 of 5", e.t0, l).PerLimit[0], status{allowed: true, remaining: 0, resetAfter: 10 * s})
+			checkStatus(e.t, "cost 5 of 5", e.evaluate("cost 5 of 5", e.t0, l).Status(0), status{allowed: true, remaining: 0, resetAfter: 10 * s})
 		})
 	})
 	e.t.Run("SlidingLogLargeLimitAndMaxPeriod", func(t tb) {
@@ -915,10 +915,10 @@ func concurrentRequestsAcrossTwoKeysAreAllOrNothing(e *env) {
 	}
 	// What the stores hold must match what they admitted, unit for unit.
 	r := e.peek("peek A and B", e.t0, a, b)
-	if got := r.PerLimit[0].Remaining; got != limitA-both {
+	if got := r.Status(0).Remaining; got != limitA-both {
 		e.t.Errorf("A has %d remaining after %d admitted requests, want %d", got, both, limitA-both)
 	}
-	if got := r.PerLimit[1].Remaining; got != limitB-both-onlyB {
+	if got := r.Status(1).Remaining; got != limitB-both-onlyB {
 		e.t.Errorf("B has %d remaining after %d admitted requests, want %d", got, both+onlyB, limitB-both-onlyB)
 	}
 }

@@ -203,8 +203,8 @@ func (e *env) consume(label string, now time.Time, l domain.Limit, n int) {
 
 func checkN(t tb, label string, r domain.Result, n int) {
 	t.Helper()
-	if r.N != n {
-		t.Fatalf("%s: Result.N = %d, want %d (one status per limit)", label, r.N, n)
+	if got := len(r.Statuses()); got != n {
+		t.Fatalf("%s: %d statuses in the result, want %d (one per limit)", label, got, n)
 	}
 }
 
@@ -282,7 +282,7 @@ func (e *env) replay(key string, w domain.Window, steps []step) {
 		}
 		label := stepLabel(i, op, s)
 		r := call(label, e.at(s.at), l)
-		checkStatus(e.t, label, r.PerLimit[0], s.want)
+		checkStatus(e.t, label, r.Status(0), s.want)
 		retry := s.want.retryAfter
 		if s.want.allowed {
 			retry = 0

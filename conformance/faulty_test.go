@@ -152,19 +152,19 @@ func (s *faultyStore) decide(ctx context.Context, now time.Time, limits []domain
 		return domain.Result{}, domain.ErrStoreClosed
 	}
 	at := now.UnixMicro()
-	r := domain.Result{N: len(limits)}
+	st := make([]domain.LimitStatus, len(limits))
 	for i, l := range limits {
 		if s.fault == forgetsOnBackwardsClock && at < s.seen[l.Key] {
 			delete(s.logs, l.Key)
 			delete(s.tats, l.Key)
 		}
 		s.seen[l.Key] = max(s.seen[l.Key], at)
-		r.PerLimit[i] = s.check(at, l)
-		if s.fault == notAtomic && consume && r.PerLimit[i].Allowed {
-			r.PerLimit[i] = s.commit(at, l)
+		st[i] = s.check(at, l)
+		if s.fault == notAtomic && consume && st[i].Allowed {
+			st[i] = s.commit(at, l)
 		}
 	}
-	s.finish(&r)
+	r := s.finish(st)
 	if s.fault == checkThenAct {
 		// Another call may check the same state before this one commits.
 		s.mu.Unlock()
@@ -181,12 +181,12 @@ func (s *faultyStore) decide(ctx context.Context, now time.Time, limits []domain
 	switch {
 	case r.Allowed:
 		for i, l := range limits {
-			st := s.commit(at, l)
+			committed := s.commit(at, l)
 			if s.fault != staleRemaining {
-				r.PerLimit[i] = st
+				st[i] = committed
 			}
 		}
-		s.finish(&r)
+		r = s.finish(st)
 	case s.fault == consumeOnDeny:
 		for _, l := range limits {
 			s.commit(at, l)
@@ -195,17 +195,18 @@ func (s *faultyStore) decide(ctx context.Context, now time.Time, limits []domain
 	return r, nil
 }
 
-func (s *faultyStore) finish(r *domain.Result) {
-	r.Finish()
+func (s *faultyStore) finish(st []domain.LimitStatus) domain.Result {
+	r := domain.NewResult(st)
 	if s.fault != firstRefusalLimits || r.Allowed {
-		return
+		return r
 	}
 	for i, st := range r.Statuses() {
 		if !st.Allowed {
 			r.Limiting, r.RetryAfter, r.ResetAfter = i, st.RetryAfter, st.ResetAfter
-			return
+			return r
 		}
 	}
+	return r
 }
 
 func (s *faultyStore) cost(l domain.Limit) int64 {

@@ -59,8 +59,8 @@ func (s *referenceStore) decide(ctx context.Context, now time.Time, limits []dom
 	if err := domain.ValidateLimits(limits); err != nil {
 		return domain.Result{}, err
 	}
-	at := domain.UnixMicros(now)
-	r := domain.Result{N: len(limits)}
+	at := now.UnixMicro()
+	var st [domain.MaxLimits]domain.LimitStatus
 	for i, l := range limits {
 		k := s.keys[l.Key]
 		if k == nil {
@@ -68,12 +68,12 @@ func (s *referenceStore) decide(ctx context.Context, now time.Time, limits []dom
 			k = &referenceKey{}
 		}
 		if l.Window.Algorithm == domain.GCRA {
-			r.PerLimit[i] = k.gcra.Check(at, l.Window, l.Cost)
+			st[i] = k.gcra.Check(at, l.Window, l.Cost)
 		} else {
-			r.PerLimit[i] = k.log.Check(at, l.Window, l.Cost)
+			st[i] = k.log.Check(at, l.Window, l.Cost)
 		}
 	}
-	r.Finish()
+	r := domain.NewResult(st[:len(limits)])
 	if !consume || !r.Allowed {
 		return r, nil
 	}
@@ -86,13 +86,12 @@ func (s *referenceStore) decide(ctx context.Context, now time.Time, limits []dom
 			s.keys[l.Key] = k
 		}
 		if l.Window.Algorithm == domain.GCRA {
-			r.PerLimit[i] = k.gcra.Committed(at, l.Window, l.Cost, r.PerLimit[i])
+			st[i] = k.gcra.Committed(at, l.Window, l.Cost, st[i])
 		} else {
-			r.PerLimit[i] = k.log.Committed(at, l.Window, l.Cost, r.PerLimit[i])
+			st[i] = k.log.Committed(at, l.Window, l.Cost, st[i])
 		}
 	}
-	r.Finish()
-	return r, nil
+	return domain.NewResult(st[:len(limits)]), nil
 }
 
 // Reset implements ports.Store.

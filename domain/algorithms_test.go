@@ -136,13 +136,8 @@ func TestGCRAClockBackwards(t *testing.T) {
 	assert.True(t, s.Idle(t0+3_000_000))
 }
 
-func TestResultFinish(t *testing.T) {
-	mk := func(st ...domain.LimitStatus) domain.Result {
-		var r domain.Result
-		r.N = copy(r.PerLimit[:], st)
-		r.Finish()
-		return r
-	}
+func TestNewResult(t *testing.T) {
+	mk := func(st ...domain.LimitStatus) domain.Result { return domain.NewResult(st) }
 	allowed := mk(
 		domain.LimitStatus{Allowed: true, Remaining: 5, ResetAfter: time.Second},
 		domain.LimitStatus{Allowed: true, Remaining: 2, ResetAfter: time.Minute},

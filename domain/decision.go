@@ -131,7 +131,82 @@ type Decision struct {
 	// Shadow is true when shadow mode is on: State is what would have been
 	// enforced, and the caller lets the request through regardless.
 	Shadow bool
+	// Degraded is true when the primary store did not decide: the breaker
+	// was open, or the store call failed or timed out, and the degraded
+	// matrix answered instead. A degraded Allowed or BypassDegraded
+	// decision passes, but its counts are at best per instance (Source).
+	Degraded bool
+	// Source is where the counts behind the decision come from.
+	Source Source
+	// Plan names the plan whose limits applied, "" for the profile's own.
+	Plan string
+	// Windows lists every window checked, in check order, with its own
+	// status: the source of the RateLimit-Policy and RateLimit fields.
+	Windows WindowChecks
 }
+
+// Source says where the counts behind a decision come from.
+type Source uint8
+
+const (
+	// SourceNone: no store was asked (the context was rejected, no window
+	// applied, or the degraded matrix denied without counting).
+	SourceNone Source = iota
+	// SourcePrimary: the shared store answered; counts are exact across
+	// every instance.
+	SourcePrimary
+	// SourceFallback: the in-process fallback store answered (the degraded
+	// local action, or the cap of a degraded bypass); counts are per
+	// instance.
+	SourceFallback
+)
+
+// String returns "none", "primary" or "fallback".
+func (s Source) String() string {
+	switch s {
+	case SourceNone:
+		return "none"
+	case SourcePrimary:
+		return "primary"
+	case SourceFallback:
+		return "fallback"
+	}
+	return fmt.Sprintf("source(%d)", uint8(s))
+}
+
+// WindowCheck is one window of a decision with its own answer.
+type WindowCheck struct {
+	Dimension Dimension
+	Window    Window
+	// Allowed says whether this window alone admitted the request.
+	Allowed bool
+	// Remaining, RetryAfter and ResetAfter are the window's own, as in
+	// LimitStatus.
+	Remaining  int64
+	RetryAfter time.Duration
+	ResetAfter time.Duration
+}
+
+// WindowChecks holds the windows of one decision in a fixed array, so that
+// a decision does not allocate. The zero value is empty.
+type WindowChecks struct {
+	n      int
+	checks [MaxLimits]WindowCheck
+}
+
+// Add appends a check; past MaxLimits it is dropped (no request has more).
+func (w *WindowChecks) Add(c WindowCheck) {
+	if w.n < len(w.checks) {
+		w.checks[w.n] = c
+		w.n++
+	}
+}
+
+// All returns the checks in order.
+func (w *WindowChecks) All() []WindowCheck { return w.checks[:w.n] }
+
+// Len returns how many windows were checked.
+func (w *WindowChecks) Len() int { return w.n }
 
 // Blocks reports whether the caller must refuse the request: the state
 // does not pass (Throttled, DeniedDegraded, RejectedInvalidContext) and

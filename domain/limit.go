@@ -77,7 +77,8 @@ type LimitStatus struct {
 }
 
 // Result is a store's answer to a request of N limits. A refusal is a
-// result, not an error.
+// result, not an error. Build one with NewResult, so that the aggregation
+// rules below are the same in every store.
 type Result struct {
 	// Allowed is true when every limit admitted its cost; then, and only
 	// then, the cost was consumed on every key.
@@ -95,42 +96,62 @@ type Result struct {
 	RetryAfter time.Duration
 	// ResetAfter is the ResetAfter of the limiting limit.
 	ResetAfter time.Duration
-	// N is the number of limits; PerLimit[:N] holds their statuses in
-	// request order. A fixed array keeps a decision free of allocation.
-	N        int
-	PerLimit [MaxLimits]LimitStatus
+
+	// perLimit[:n] holds the statuses in request order. A fixed array keeps
+	// a decision free of allocation.
+	n        int
+	perLimit [MaxLimits]LimitStatus
+}
+
+// NewResult aggregates the per-limit statuses of one request, in request
+// order, into a Result: Allowed, Limiting, Remaining, RetryAfter and
+// ResetAfter follow the rules documented on Result's fields. It panics on
+// more than MaxLimits statuses, a request no store accepts.
+func NewResult(statuses []LimitStatus) Result {
+	var r Result
+	r.n = copy(r.perLimit[:], statuses)
+	if r.n != len(statuses) {
+		panic(fmt.Sprintf("domain.NewResult: %d statuses, at most %d", len(statuses), MaxLimits))
+	}
+	r.finish()
+	return r
 }
 
 // Statuses returns the per-limit statuses, in request order.
-func (r *Result) Statuses() []LimitStatus { return r.PerLimit[:r.N] }
+func (r *Result) Statuses() []LimitStatus { return r.perLimit[:r.n] }
 
-// Finish fills Allowed, Limiting, Remaining, RetryAfter and ResetAfter from
-// PerLimit[:N]. Every store calls it so that the aggregation rules above are
-// the same everywhere.
-func (r *Result) Finish() {
+// Status returns the status of the i-th limit of the request.
+func (r Result) Status(i int) LimitStatus { return r.perLimit[:r.n][i] }
+
+// finish fills Allowed, Limiting, Remaining, RetryAfter and ResetAfter from
+// perLimit[:n].
+func (r *Result) finish() {
 	r.Allowed = true
-	for i := 0; i < r.N; i++ {
-		if !r.PerLimit[i].Allowed {
+	r.Limiting, r.RetryAfter, r.Remaining, r.ResetAfter = 0, 0, 0, 0
+	if r.n == 0 {
+		return
+	}
+	for i := 0; i < r.n; i++ {
+		if !r.perLimit[i].Allowed {
 			r.Allowed = false
 			break
 		}
 	}
-	r.Limiting, r.RetryAfter = 0, 0
-	r.Remaining = r.PerLimit[0].Remaining
-	for i := 0; i < r.N; i++ {
-		s := &r.PerLimit[i]
+	r.Remaining = r.perLimit[0].Remaining
+	for i := 0; i < r.n; i++ {
+		s := &r.perLimit[i]
 		if s.Remaining < r.Remaining {
 			r.Remaining = s.Remaining
 		}
 		if r.Allowed {
-			if s.Remaining < r.PerLimit[r.Limiting].Remaining {
+			if s.Remaining < r.perLimit[r.Limiting].Remaining {
 				r.Limiting = i
 			}
 			continue
 		}
-		if !s.Allowed && (r.PerLimit[r.Limiting].Allowed || s.RetryAfter > r.RetryAfter) {
+		if !s.Allowed && (r.perLimit[r.Limiting].Allowed || s.RetryAfter > r.RetryAfter) {
 			r.Limiting, r.RetryAfter = i, s.RetryAfter
 		}
 	}
-	r.ResetAfter = r.PerLimit[r.Limiting].ResetAfter
+	r.ResetAfter = r.perLimit[r.Limiting].ResetAfter
 }

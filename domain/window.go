@@ -114,9 +114,5 @@ func (w Window) EmissionMicros() int64 {
 	return e
 }
 
-// UnixMicros converts an instant to the integer microseconds every store
-// uses.
-func UnixMicros(t time.Time) int64 { return t.UnixMicro() }
-
 // Micros converts a count of microseconds to a duration.
 func Micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }

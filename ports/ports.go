@@ -103,15 +103,85 @@ type DecisionRecord struct {
 	Err error
 }
 
-// Recorder observes decisions and health transitions: metrics and the two
-// log channels. It is called on every path, errors included. Its methods
-// are safe for simultaneous use; an error they return is propagated to the
-// caller, never swallowed.
+// StoreOp names a store method in a StoreCall.
+type StoreOp uint8
+
+// Store operations.
+const (
+	OpEvaluate StoreOp = iota + 1
+	OpPeek
+	OpReset
+)
+
+// String returns "evaluate", "peek" or "reset".
+func (o StoreOp) String() string {
+	switch o {
+	case OpEvaluate:
+		return "evaluate"
+	case OpPeek:
+		return "peek"
+	case OpReset:
+		return "reset"
+	}
+	return "unknown"
+}
+
+// StoreCall is what the Recorder learns of one call of the primary store.
+type StoreCall struct {
+	Op StoreOp
+	// Start is when the call began and Latency how long it took, on the
+	// Limiter's clock.
+	Start   time.Time
+	Latency time.Duration
+	// Keys is the number of keys the call carried.
+	Keys int
+	// Err is the call's error: nil, or one carrying a domain code
+	// (domain.CodeOf): store unavailable, store timeout, invalid limit...
+	Err error
+}
+
+// ResetRecord is what the Recorder learns of one administrative reset
+// (Limiter.Reset): an act of support staff, for the security-audit channel.
+type ResetRecord struct {
+	// Dimension is the dimension whose windows were reset.
+	Dimension domain.Dimension
+	// SubjectID is the pseudonym of the identity reset; TenantID the
+	// tenant's pseudonym when the reset was scoped to a tenant.
+	SubjectID string
+	TenantID  string
+	// ClientIP is the raw address when an ip was reset (or scoped the
+	// reset): the security-audit channel may write it for a reset.
+	ClientIP netip.Addr
+	// Actor says who asked for the reset, as the caller supplied it.
+	Actor string
+	// Keys is how many store keys were reset.
+	Keys int
+	// Err is the failure, if the reset did not complete.
+	Err error
+}
+
+// Recorder observes decisions, health transitions, store calls and
+// administrative resets: metrics and the two log channels. It is called on
+// every path, errors included. Its methods are safe for simultaneous use;
+// an error they return is propagated to the caller, never swallowed.
+//
+// A Recorder may also implement DecisionTracer.
 type Recorder interface {
 	RecordDecision(ctx context.Context, rec DecisionRecord) error
 	RecordTransition(ctx context.Context, change domain.StateChange, at time.Time) error
-	// RecordStoreLatency observes one store call's latency.
-	RecordStoreLatency(ctx context.Context, d time.Duration, err error)
+	// RecordStoreCall observes one call of the primary store.
+	RecordStoreCall(ctx context.Context, call StoreCall)
+	RecordReset(ctx context.Context, rec ResetRecord) error
+}
+
+// DecisionTracer is an optional capability of a Recorder, found by type
+// assertion. The Limiter calls StartDecision when a decision begins and
+// uses the returned context for the store calls, the RecordStoreCall and
+// the RecordDecision of that decision, so a tracing
+// Recorder can open a span here and end it in RecordDecision. It must not
+// fail: tracing is best effort, metrics and logs are not.
+type DecisionTracer interface {
+	StartDecision(ctx context.Context) context.Context
 }
 
 // SystemClock is the wall clock.

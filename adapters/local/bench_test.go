@@ -138,7 +138,7 @@ func BenchmarkBaseline(b *testing.B) {
 			var mu sync.Mutex
 			var log domain.LogState
 			var g domain.GCRAState
-			now := domain.UnixMicros(t0)
+			now := t0.UnixMicro()
 			step := int64(bw.step / time.Microsecond)
 			b.ReportAllocs()
 			for b.Loop() {

@@ -139,27 +139,25 @@ const (
 // key order, check every limit, and consume on every key only if all
 // allowed.
 func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit, commit bool) (domain.Result, error) {
-	var res domain.Result
 	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("local: %w", err)
+		return domain.Result{}, fmt.Errorf("local: %w", err)
 	}
 	if err := domain.ValidateLimits(limits); err != nil {
-		return res, err
+		return domain.Result{}, err
 	}
 	s.life.RLock()
 	defer s.life.RUnlock()
 	if s.closed.Load() {
-		return res, errClosed
+		return domain.Result{}, errClosed
 	}
-	t := domain.UnixMicros(now)
+	t := now.UnixMicro()
 	s.observe(t)
 
 	n := len(limits)
-	res.N = n
+	var st [domain.MaxLimits]domain.LimitStatus
 	if n == 1 {
-		res.PerLimit[0] = s.decideOne(&limits[0], t, commit)
-		res.Finish()
-		return res, nil
+		st[0] = s.decideOne(&limits[0], t, commit)
+		return domain.NewResult(st[:1]), nil
 	}
 	var b batch
 	for i := range limits {
@@ -170,14 +168,13 @@ func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit
 
 	allowed := true
 	for i := range limits {
-		st := check(b.ents[i], &limits[i], t)
-		res.PerLimit[i] = st
-		allowed = allowed && st.Allowed
+		st[i] = check(b.ents[i], &limits[i], t)
+		allowed = allowed && st[i].Allowed
 	}
 	if commit && allowed {
 		for i := range limits {
-			st, grew := b.ents[i].commitLocked(&limits[i], t, res.PerLimit[i])
-			res.PerLimit[i] = st
+			var grew bool
+			st[i], grew = b.ents[i].commitLocked(&limits[i], t, st[i])
 			if grew {
 				b.after[i] |= afterRecost
 			}
@@ -200,8 +197,7 @@ func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit
 			}
 		}
 	}
-	res.Finish()
-	return res, nil
+	return domain.NewResult(st[:n]), nil
 }
 
 // decideOne is decide for a single limit, the most common request: no

@@ -127,10 +127,10 @@ func TestTimelines(t *testing.T) {
 				}
 				r, err := call(t.Context(), at(sp.at), l)
 				require.NoError(t, err, "step %d", i)
-				assert.Equal(t, sp.want, r.PerLimit[0], "step %d at t0+%v", i, sp.at)
+				assert.Equal(t, sp.want, r.Status(0), "step %d at t0+%v", i, sp.at)
 				assert.Equal(t, sp.want.Allowed, r.Allowed, "step %d", i)
 				assert.Equal(t, sp.want.Remaining, r.Remaining, "step %d", i)
-				assert.Equal(t, 1, r.N)
+				assert.Len(t, r.Statuses(), 1)
 			}
 		})
 	}
@@ -161,7 +161,7 @@ func TestAllOrNothingAcrossNineKeys(t *testing.T) {
 			require.NoError(t, err)
 			assert.False(t, r.Allowed)
 			assert.Equal(t, refusing, r.Limiting)
-			assert.Equal(t, 9, r.N)
+			assert.Len(t, r.Statuses(), 9)
 			assert.Equal(t, int64(0), r.Remaining)
 			for i, ps := range r.Statuses() {
 				assert.Equal(t, i != refusing, ps.Allowed, "limit %d", i)

@@ -186,9 +186,9 @@ func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, c
 	if err := domain.ValidateLimits(limits); err != nil {
 		return res, err
 	}
-	if ok, i := domain.SameSlot(limits); !ok {
+	if ok, i := sameSlot(limits); !ok {
 		return res, fmt.Errorf("%w: limit %d hashes to slot %d, limit 0 to slot %d; give every key of a request the same {hash tag}",
-			domain.ErrCrossSlot, i, domain.Slot(limits[i].Key), domain.Slot(limits[0].Key))
+			domain.ErrCrossSlot, i, Slot(limits[i].Key), Slot(limits[0].Key))
 	}
 	if err := ctx.Err(); err != nil {
 		return res, fmt.Errorf("sluice redis: %w", err)
@@ -200,7 +200,7 @@ func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, c
 	if s.serverTime {
 		args = append(args, "0")
 	} else {
-		args = append(args, strconv.FormatInt(domain.UnixMicros(now), 10))
+		args = append(args, strconv.FormatInt(now.UnixMicro(), 10))
 	}
 	if consume {
 		args = append(args, "1")
@@ -254,7 +254,7 @@ func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, c
 	return res, nil
 }
 
-// decode fills res from the script's reply and aggregates it with Finish.
+// decode fills res from the script's reply, aggregated by domain.NewResult.
 func decode(reply []rueidis.RedisMessage, n int, res *domain.Result) error {
 	if len(reply) != replyHead+replyPerKey*n {
 		return fmt.Errorf("%w: script reply has %d values, want %d", domain.ErrStoreUnavailable, len(reply), replyHead+replyPerKey*n)
@@ -264,24 +264,24 @@ func decode(reply []rueidis.RedisMessage, n int, res *domain.Result) error {
 	if err != nil {
 		return fmt.Errorf("%w: script reply: %w", domain.ErrStoreUnavailable, err)
 	}
-	res.N = n
+	var st [domain.MaxLimits]domain.LimitStatus
 	for i := range n {
 		for j := range v {
 			if v[j], err = reply[replyHead+replyPerKey*i+j].AsInt64(); err != nil {
 				return fmt.Errorf("%w: script reply: %w", domain.ErrStoreUnavailable, err)
 			}
 		}
-		res.PerLimit[i] = domain.LimitStatus{
+		st[i] = domain.LimitStatus{
 			Allowed:    v[0] == 1,
 			Remaining:  v[1],
 			RetryAfter: domain.Micros(v[2]),
 			ResetAfter: domain.Micros(v[3]),
 		}
 	}
-	res.Finish()
+	*res = domain.NewResult(st[:n])
 	if res.Allowed != (allowed == 1) {
 		// The script decides what it consumed; a disagreement would mean the
-		// script and domain.Result.Finish have drifted apart.
+		// script and domain.NewResult have drifted apart.
 		return fmt.Errorf("%w: script says allowed=%d, its per-key statuses say %t", domain.ErrStoreUnavailable, allowed, res.Allowed)
 	}
 	return nil

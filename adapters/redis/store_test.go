@@ -57,32 +57,31 @@ func newRefStore() *refStore {
 }
 
 func (r *refStore) run(now time.Time, limits []domain.Limit, consume bool) domain.Result {
-	us := domain.UnixMicros(now)
-	var res domain.Result
-	res.N = len(limits)
+	us := now.UnixMicro()
+	st := make([]domain.LimitStatus, len(limits))
 	for i, l := range limits {
 		if l.Window.Algorithm == domain.GCRA {
 			if r.gcras[l.Key] == nil {
 				r.gcras[l.Key] = &domain.GCRAState{}
 			}
-			res.PerLimit[i] = r.gcras[l.Key].Check(us, l.Window, l.Cost)
+			st[i] = r.gcras[l.Key].Check(us, l.Window, l.Cost)
 		} else {
 			if r.logs[l.Key] == nil {
 				r.logs[l.Key] = &domain.LogState{}
 			}
-			res.PerLimit[i] = r.logs[l.Key].Check(us, l.Window, l.Cost)
+			st[i] = r.logs[l.Key].Check(us, l.Window, l.Cost)
 		}
 	}
-	res.Finish()
+	res := domain.NewResult(st)
 	if res.Allowed && consume {
 		for i, l := range limits {
 			if l.Window.Algorithm == domain.GCRA {
-				res.PerLimit[i] = r.gcras[l.Key].Committed(us, l.Window, l.Cost, res.PerLimit[i])
+				st[i] = r.gcras[l.Key].Committed(us, l.Window, l.Cost, st[i])
 			} else {
-				res.PerLimit[i] = r.logs[l.Key].Committed(us, l.Window, l.Cost, res.PerLimit[i])
+				st[i] = r.logs[l.Key].Committed(us, l.Window, l.Cost, st[i])
 			}
 		}
-		res.Finish()
+		res = domain.NewResult(st)
 	}
 	return res
 }
@@ -238,7 +237,7 @@ func TestCrossSlotIsRefusedBeforeSending(t *testing.T) {
 		{Key: "rl:{tenant-a}:user", Window: sliding(5, time.Minute), Cost: 1},
 		{Key: "rl:{tenant-b}:user", Window: sliding(5, time.Minute), Cost: 1},
 	}
-	require.NotEqual(t, domain.Slot(limits[0].Key), domain.Slot(limits[1].Key))
+	require.NotEqual(t, redis.Slot(limits[0].Key), redis.Slot(limits[1].Key))
 
 	t.Run("standalone", func(t *testing.T) {
 		srv, s := newDedicated(t, redis.Config{})
@@ -383,7 +382,7 @@ func TestUseServerTime(t *testing.T) {
 	require.NoError(t, err)
 	after := time.Now()
 	require.True(t, r.Allowed)
-	assert.Equal(t, time.Minute, r.PerLimit[0].ResetAfter)
+	assert.Equal(t, time.Minute, r.Status(0).ResetAfter)
 
 	v := do(t, srv.Addr(), "ZRANGE", "st:{x}:log", "0", "-1", "WITHSCORES").([]any)
 	require.Len(t, v, 2)

@@ -256,7 +256,9 @@ func (t *tally) RecordTransition(_ context.Context, c domain.StateChange, _ time
 	return nil
 }
 
-func (t *tally) RecordStoreLatency(context.Context, time.Duration, error) {}
+func (t *tally) RecordStoreCall(context.Context, ports.StoreCall) {}
+
+func (t *tally) RecordReset(context.Context, ports.ResetRecord) error { return nil }
 
 func (t *tally) summary() string {
 	t.mu.Lock()
