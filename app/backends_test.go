@@ -37,7 +37,7 @@ var backends = []backend{
 	}},
 	{name: "redis", open: func(t *testing.T) (*faultyStore, ports.Prober, func(*testing.T), func(*testing.T)) {
 		srv := redistest.NewServer(t)
-		s, err := redis.New(redis.Config{Addrs: []string{srv.Addr()}, Mode: redis.ModeStandalone})
+		s, err := redis.New(redis.Config{Addrs: []string{srv.Addr()}, Mode: redis.ModeStandalone, Time: redis.CallerTime})
 		if err != nil {
 			t.Fatalf("redis.New: %v", err)
 		}

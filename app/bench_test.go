@@ -45,7 +45,7 @@ func BenchmarkEvaluateNineKeys(b *testing.B) {
 	}{
 		{"local", func(b *testing.B) ports.Store { return newLocal(b) }},
 		{"redis", func(b *testing.B) ports.Store {
-			s, err := redis.New(redis.Config{URL: redistest.StandaloneURL(b)})
+			s, err := redis.New(redis.Config{URL: redistest.StandaloneURL(b), Time: redis.CallerTime})
 			if err != nil {
 				b.Fatalf("redis.New: %v", err)
 			}

@@ -22,7 +22,7 @@ import (
 // TTL, and holds no raw identifier in any form.
 func TestRedisKeyspaceHoldsNoRawIdentifier(t *testing.T) {
 	srv := redistest.NewServer(t)
-	s, err := redis.New(redis.Config{Addrs: []string{srv.Addr()}, Timeout: 2 * time.Second})
+	s, err := redis.New(redis.Config{Addrs: []string{srv.Addr()}, Timeout: 2 * time.Second, Time: redis.CallerTime})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	cfg := testConfig()

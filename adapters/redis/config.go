@@ -49,6 +49,37 @@ func (m Mode) String() string {
 	return fmt.Sprintf("mode(%d)", uint8(m))
 }
 
+// TimeSource says whose clock a Store's windows run on.
+type TimeSource uint8
+
+const (
+	// ServerTime, the default, makes the script read the Redis server's
+	// clock (TIME) and ignore the now passed to Evaluate and Peek: every
+	// instance of a fleet counts on one clock (per cluster node, since the
+	// keys of one call live on one node), so clock skew between instances
+	// can neither admit more than a limit nor refuse early. It costs one
+	// TIME call inside the script. See docs/adr/003.
+	ServerTime TimeSource = iota
+	// CallerTime uses the now the caller passes (its ports.Clock). The
+	// sliding log stays within its limit whatever the callers' clocks do,
+	// but GCRA trusts the instant it is given: two instances whose clocks
+	// disagree by d can together admit about d/T more units than the limit
+	// (T the emission interval). Choose it for scripted time (tests, the
+	// conformance suite) or a fleet whose clocks are known to agree.
+	CallerTime
+)
+
+// String returns "server" or "caller".
+func (t TimeSource) String() string {
+	switch t {
+	case ServerTime:
+		return "server"
+	case CallerTime:
+		return "caller"
+	}
+	return fmt.Sprintf("time_source(%d)", uint8(t))
+}
+
 // Config configures a Store. The zero value of every field but the address
 // means its documented default; give either Addrs or URL.
 type Config struct {
@@ -73,11 +104,9 @@ type Config struct {
 	Timeout time.Duration
 	// DialTimeout bounds connecting to a node; 0 means DefaultDialTimeout.
 	DialTimeout time.Duration
-	// UseServerTime makes the script take the time from the Redis server
-	// (TIME) and ignore the now passed to Evaluate and Peek: every
-	// instance of a fleet with skewed clocks then counts on one clock (per
-	// cluster node, since keys of one call live on one node).
-	UseServerTime bool
+	// Time says whose clock the windows run on: the Redis server's (the
+	// default) or the caller's. See TimeSource.
+	Time TimeSource
 	// MinTTL is the floor of every key's TTL; 0 means DefaultMinTTL. A key
 	// expires when it stops mattering (a sliding log when its newest unit
 	// leaves the window, a GCRA key at its theoretical arrival time), but
@@ -116,6 +145,8 @@ func (c Config) validate(haveClient bool) error {
 		return &domain.ConfigError{Field: "redis.db", Reason: "must not be negative"}
 	case c.Mode > ModeCluster:
 		return &domain.ConfigError{Field: "redis.mode", Reason: "unknown mode"}
+	case c.Time > CallerTime:
+		return &domain.ConfigError{Field: "redis.time", Reason: "unknown time source"}
 	case c.Mode == ModeCluster && c.DB != 0:
 		return &domain.ConfigError{Field: "redis.db", Reason: "a cluster has database 0 only"}
 	}

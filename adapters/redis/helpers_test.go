@@ -27,10 +27,10 @@ type topology struct {
 
 var topologies = []topology{
 	{"standalone", func(t testing.TB) redis.Config {
-		return redis.Config{URL: redistest.StandaloneURL(t), Timeout: testTimeout}
+		return redis.Config{URL: redistest.StandaloneURL(t), Timeout: testTimeout, Time: redis.CallerTime}
 	}},
 	{"cluster", func(t testing.TB) redis.Config {
-		return redis.Config{Addrs: redistest.Cluster(t), Mode: redis.ModeCluster, Timeout: testTimeout}
+		return redis.Config{Addrs: redistest.Cluster(t), Mode: redis.ModeCluster, Timeout: testTimeout, Time: redis.CallerTime}
 	}},
 }
 
@@ -43,11 +43,13 @@ func newStore(t testing.TB, cfg redis.Config, opts ...redis.Option) *redis.Store
 	return s
 }
 
-// newDedicated starts a dedicated server and a store on it.
+// newDedicated starts a dedicated server and a store on it that runs on the
+// caller's clock, as the tests script time (TestServerTime makes its own).
 func newDedicated(t testing.TB, cfg redis.Config, args ...string) (*redistest.Server, *redis.Store) {
 	t.Helper()
 	srv := redistest.NewServer(t, args...)
 	cfg.Addrs = []string{srv.Addr()}
+	cfg.Time = redis.CallerTime
 	if cfg.Timeout == 0 {
 		cfg.Timeout = testTimeout
 	}

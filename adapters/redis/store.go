@@ -14,9 +14,10 @@
 // domain.ErrCrossSlot before anything is sent, on a standalone server too,
 // so that a key layout that would break on a cluster fails in development.
 //
-// Time is the now the caller passes (from its ports.Clock), in whole
-// microseconds; with Config.UseServerTime the script reads the server's
-// TIME instead. Every key written carries a TTL of the time it stays
+// Time is, by default, the server's clock (Redis TIME, read inside the
+// script), so that instances with skewed clocks count on one clock; with
+// Config.Time set to CallerTime it is the now the caller passes (from its
+// ports.Clock), in whole microseconds. Every key written carries a TTL of the time it stays
 // relevant (at least Config.MinTTL), so an idle key disappears by itself.
 package redis
 
@@ -94,7 +95,7 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 		client:     o.client,
 		script:     rueidis.NewLuaScript(lua.RateLimitV1),
 		timeout:    cfg.timeout(),
-		serverTime: cfg.UseServerTime,
+		serverTime: cfg.Time == ServerTime,
 		minTTL:     strconv.FormatInt(cfg.minTTLMillis(), 10),
 	}
 	s.bufs.New = func() any {
@@ -166,8 +167,8 @@ func (s *Store) LoadScript(ctx context.Context) error {
 func (s *Store) Client() rueidis.Client { return s.client }
 
 // Evaluate checks limits at now and consumes their cost on every key only
-// if every limit admits it; see ports.Store. With Config.UseServerTime, now
-// is ignored and the server's clock is used.
+// if every limit admits it; see ports.Store. With ServerTime (the default),
+// now is ignored and the server's clock is used.
 func (s *Store) Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
 	return s.run(ctx, now, limits, true)
 }

@@ -369,8 +369,9 @@ func noscriptErrors(t testing.TB, addrs []string) int64 {
 	return n
 }
 
-func TestUseServerTime(t *testing.T) {
-	srv, s := newDedicated(t, redis.Config{UseServerTime: true})
+func TestServerTime(t *testing.T) {
+	srv := redistest.NewServer(t)
+	s := newStore(t, redis.Config{Addrs: []string{srv.Addr()}, Timeout: testTimeout}) // ServerTime is the default
 	ctx := t.Context()
 	stale := time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC) // ignored
 	limits := []domain.Limit{
