@@ -3,6 +3,8 @@
 
 GO       ?= go
 PKGS     ?= ./...
+# staticcheck is pinned and run with `go run`, so nothing is installed.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Go's race detector needs cgo.
 export CGO_ENABLED := 1
 
@@ -41,11 +43,12 @@ demo:
 	@secret="$${RATE_LIMIT_HMAC_SECRET:-$$(head -c32 /dev/urandom | od -An -tx1 | tr -d ' \n')}"; \
 	RATE_LIMIT_HMAC_SECRET="$$secret" $(GO) run ./examples/demo
 
-## lint: gofmt and go vet.
+## lint: gofmt, go vet and staticcheck (pinned).
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
 
 ## cover: tests with a coverage profile and a per-function summary.
 cover: deps
