@@ -155,6 +155,8 @@ func (s *Server) confFile() string {
 	// A replica's first sync starts at once instead of waiting 5 s for
 	// more replicas to share the transfer.
 	line("repl-diskless-sync-delay", "0")
+	// DEBUG SLEEP and friends make slow or stuck servers for drills.
+	line("enable-debug-command", "yes")
 	switch s.cfg.Persistence {
 	case PersistNone:
 		line("save", "")

@@ -1,7 +1,6 @@
 package redistest
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -29,8 +28,9 @@ const (
 
 // File names in a server's data directory.
 const (
-	confFile = "redis.conf"
-	logFile  = "redis.log"
+	confFile   = "redis.conf"
+	logFile    = "redis.log"
+	outputFile = "redis.out" // stdout and stderr
 )
 
 // installHint is appended to every "redis-server not found" failure.
@@ -63,7 +63,6 @@ type process struct {
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once the process has exited and been reaped
 	paused bool
-	stderr *bytes.Buffer
 }
 
 // alive reports whether the process has not been reaped yet.
@@ -359,26 +358,10 @@ func (s *Server) close() error {
 
 // startLocked starts the process and waits for PING; s.mu is held.
 func (s *Server) startLocked() error {
-	if s.cfg.Persistence == PersistNone {
-		// Start empty even if a SAVE or a replica's full sync left a
-		// snapshot behind.
-		_ = os.Remove(filepath.Join(s.dir, "dump.rdb"))
-		_ = os.RemoveAll(filepath.Join(s.dir, "appendonlydir"))
+	p, err := s.spawn()
+	if err != nil {
+		return err
 	}
-	args := append([]string{filepath.Join(s.dir, confFile)}, s.cfg.Args...)
-	cmd := exec.Command(s.bin, args...)
-	cmd.Dir = s.dir
-	stderr := new(bytes.Buffer)
-	cmd.Stdout, cmd.Stderr = stderr, stderr
-	if err := startProcess(cmd); err != nil {
-		return fmt.Errorf("starting %s: %w", s.bin, err)
-	}
-	p := &process{cmd: cmd, exited: make(chan struct{}), stderr: stderr}
-	go func() {
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
-
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
 	for {
@@ -391,14 +374,51 @@ func (s *Server) startLocked() error {
 		}
 		select {
 		case <-p.exited:
-			return fmt.Errorf("redis-server on port %d exited at startup: %s%s", s.port, stderr.String(), s.logTail())
+			return fmt.Errorf("redis-server on port %d exited at startup: %s%s", s.port, s.output(), s.logTail())
 		case <-ctx.Done():
-			_ = cmd.Process.Kill()
+			_ = p.cmd.Process.Kill()
 			<-p.exited
 			return fmt.Errorf("redis-server on port %d did not answer PING within %s (last error: %v)%s", s.port, startTimeout, err, s.logTail())
 		case <-time.After(pollInterval):
 		}
 	}
+}
+
+// spawn starts redis-server on the configuration file and a goroutine
+// that reaps it.
+func (s *Server) spawn() (*process, error) {
+	if s.cfg.Persistence == PersistNone {
+		// Start empty even if a SAVE or a replica's full sync left a
+		// snapshot behind.
+		_ = os.Remove(filepath.Join(s.dir, "dump.rdb"))
+		_ = os.RemoveAll(filepath.Join(s.dir, "appendonlydir"))
+	}
+	cmd := exec.Command(s.bin, append([]string{filepath.Join(s.dir, confFile)}, s.cfg.Args...)...)
+	cmd.Dir = s.dir
+	// What Redis prints before its log file is open (a configuration
+	// error) goes to a file: no copying goroutine outlives the start.
+	out, err := os.Create(filepath.Join(s.dir, outputFile))
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = out, out
+	err = startProcess(cmd)
+	_ = out.Close()
+	if err != nil {
+		return nil, fmt.Errorf("starting %s: %w", s.bin, err)
+	}
+	p := &process{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// output returns what the server printed on stdout and stderr.
+func (s *Server) output() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, outputFile))
+	return string(b)
 }
 
 // logTail returns the end of the server's log file, for failure messages.
