@@ -173,7 +173,15 @@ func (c *DedicatedCluster) filter(ctx context.Context, master bool) ([]ClusterNo
 
 // MasterOf returns the master serving key's slot (see KeySlot).
 func (c *DedicatedCluster) MasterOf(ctx context.Context, key string) (ClusterNode, error) {
-	slot := KeySlot(key)
+	m, err := c.MasterOfSlot(ctx, KeySlot(key))
+	if err != nil {
+		return m, fmt.Errorf("%w (key %q)", err, key)
+	}
+	return m, nil
+}
+
+// MasterOfSlot returns the master serving slot, as Topology sees it.
+func (c *DedicatedCluster) MasterOfSlot(ctx context.Context, slot int) (ClusterNode, error) {
 	masters, err := c.Masters(ctx)
 	if err != nil {
 		return ClusterNode{}, err
@@ -183,7 +191,7 @@ func (c *DedicatedCluster) MasterOf(ctx context.Context, key string) (ClusterNod
 			return m, nil
 		}
 	}
-	return ClusterNode{}, fmt.Errorf("redistest: no live master serves slot %d (key %q)", slot, key)
+	return ClusterNode{}, fmt.Errorf("redistest: no live master serves slot %d", slot)
 }
 
 // KillMasterOf kills (SIGKILL) the master serving key's slot and returns

@@ -81,6 +81,11 @@ func TestClusterWithReplicas(t *testing.T) {
 	owner, err := c.MasterOf(ctx, key)
 	require.NoError(t, err)
 	require.True(t, owner.Serves(KeySlot(key)))
+	bySlot, err := c.MasterOfSlot(ctx, KeySlot(key))
+	require.NoError(t, err)
+	require.Equal(t, owner.ID, bySlot.ID)
+	_, err = c.MasterOfSlot(ctx, 16384)
+	require.Error(t, err, "no master serves a slot out of range")
 	successor := replicaOf[owner.ID]
 
 	start = time.Now()
