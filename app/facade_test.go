@@ -217,7 +217,7 @@ func TestFacadeDegraded(t *testing.T) {
 			assert.Equal(t, domain.CauseLocalLimit, r.rec.last().Decision.Cause)
 		}
 
-		rd, downD, _ := newBackendRig(t, b, func(c *app.Config) { c.Facade.Degraded = "deny" })
+		rd, downD, _ := newBackendRig(t, b, func(c *app.Config) { c.Facade.Degraded = domain.ActionDeny })
 		downD(t)
 		_, err = rd.l.ProbeOnce(context.Background())
 		require.NoError(t, err)

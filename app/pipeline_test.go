@@ -105,7 +105,7 @@ func TestEvaluateMapsTheResult(t *testing.T) {
 	r.clock.Advance(time.Second)
 	assert.Equal(t, domain.Allowed, r.eval(t, req).State)
 	assert.Equal(t, 7, r.rec.count(), "every decision is recorded")
-	assert.Equal(t, 7, r.rec.latencies, "every store call's latency is observed")
+	assert.Equal(t, 7, r.rec.storeCalls(), "every store call's latency is observed")
 }
 
 func TestEvaluateCost(t *testing.T) {

@@ -43,7 +43,7 @@ func ParseRouteFamily(s string) (RouteFamily, error) {
 	case "costly":
 		return FamilyCostly, nil
 	}
-	return 0, fmt.Errorf("unknown route family %q (want read, auth or costly)", s)
+	return 0, &UnknownNameError{Kind: "route family", Name: s, Valid: "read, auth or costly"}
 }
 
 // Families lists the route families.
@@ -88,7 +88,7 @@ func ParseDegradedAction(s string) (DegradedAction, error) {
 	case "local":
 		return ActionLocal, nil
 	}
-	return 0, fmt.Errorf("unknown degraded action %q (want bypass, deny or local)", s)
+	return 0, &UnknownNameError{Kind: "degraded action", Name: s, Valid: "bypass, deny or local"}
 }
 
 // Degraded-mode constants of seed PD-172.
