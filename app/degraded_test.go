@@ -55,10 +55,13 @@ func TestDegradedMatrix(t *testing.T) {
 								assert.Equal(t, domain.Degraded, d.SystemState)
 							}
 							rec := r.rec.last()
+							assert.True(t, d.Degraded, "a decision of the degraded matrix says so")
+							assert.Contains(t, domain.Causes(), d.Cause)
 							switch action {
 							case domain.ActionDeny:
 								assert.Equal(t, domain.DeniedDegraded, d.State)
 								assert.Equal(t, domain.DeniedRetryAfter, d.RetryAfter)
+								assert.Equal(t, domain.SourceNone, d.Source, "nothing was counted")
 								if via == "store failure" {
 									assert.True(t, causeOfOutage(d.Cause), "cause %s", d.Cause)
 									assert.Error(t, rec.Err, "the store's error is recorded")
@@ -69,6 +72,9 @@ func TestDegradedMatrix(t *testing.T) {
 								assert.Equal(t, domain.DegradedCapFactor*f.burst, d.Limit, "cap = 2 × burst")
 								assert.Equal(t, domain.DegradedCapFactor*f.burst-1, d.Remaining)
 								assert.Equal(t, domain.DegradedCapPeriod, d.LimitingPeriod)
+								assert.Equal(t, domain.SourceFallback, d.Source, "the cap is counted on the fallback")
+								require.Equal(t, 1, d.Windows.Len(), "the cap is the one window checked")
+								assert.Equal(t, "degraded_cap", d.Windows.All()[0].Window.Name)
 								if via == "store failure" {
 									assert.True(t, causeOfOutage(d.Cause), "cause %s", d.Cause)
 								}
@@ -76,6 +82,8 @@ func TestDegradedMatrix(t *testing.T) {
 								assert.Equal(t, domain.Allowed, d.State)
 								assert.Equal(t, domain.CauseLocalLimit, d.Cause)
 								assert.Equal(t, f.burst-1, d.Remaining, "the profile's own limits, counted locally")
+								assert.Equal(t, domain.SourceFallback, d.Source)
+								assert.True(t, d.State.Passes(), "passes, but Degraded says its counts are this instance's")
 								for range f.burst - 1 {
 									r.eval(t, req)
 								}

@@ -90,7 +90,8 @@ func (r *recorder) setFail(decide, trans error) {
 const (
 	healthy int32 = iota
 	unavailable
-	hang // block until the call's deadline
+	hang // block until the call's deadline, then return a store timeout
+	hangBare // block until the call's deadline, then return ctx.Err() alone
 	badLimit
 )
 
@@ -127,9 +128,13 @@ func (f *faultyStore) fail() error {
 func (f *faultyStore) Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
 	f.calls.Add(1)
 	f.see(limits)
-	if f.mode.Load() == hang {
+	switch f.mode.Load() {
+	case hang:
 		<-ctx.Done()
 		return domain.Result{}, fmt.Errorf("%w: %w", domain.ErrStoreTimeout, ctx.Err())
+	case hangBare:
+		<-ctx.Done()
+		return domain.Result{}, ctx.Err()
 	}
 	if err := f.fail(); err != nil {
 		return domain.Result{}, err
