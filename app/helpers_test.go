@@ -90,7 +90,7 @@ func (r *recorder) setFail(decide, trans error) {
 const (
 	healthy int32 = iota
 	unavailable
-	hang // block until the call's deadline, then return a store timeout
+	hang     // block until the call's deadline, then return a store timeout
 	hangBare // block until the call's deadline, then return ctx.Err() alone
 	badLimit
 )
