@@ -369,3 +369,75 @@ func TestCheckRoutes(t *testing.T) {
 		})
 	}
 }
+
+// TestYAMLErrorsNameTheirPath: a value the decoder refuses is reported at
+// its YAML path, with its line.
+func TestYAMLErrorsNameTheirPath(t *testing.T) {
+	tests := []struct {
+		name, from, to, field, reason string
+		sentinel                      error
+	}{
+		{"unknown algorithm", "{name: burst, limit: 5, period: 10s}", "{name: burst, limit: 5, period: 10s, algorithm: leaky}",
+			"profiles[login].windows.ip[0].algorithm", `unknown algorithm "leaky"`, nil},
+		{"unknown family", "family: auth", "family: write", "profiles[login].family", `unknown route family "write"`, nil},
+		{"unknown degraded action", "read: local", "read: allow", "degraded.read", `unknown degraded action "allow"`, nil},
+		{"duration that does not parse", "period: 10s}", "period: 10 seconds}", "profiles[login].windows.ip[0].period", "cannot be read as time.Duration", nil},
+		{"unknown field in a plan", "users_read: {multiplier: 10}", "users_read: {multiplier: 10, bypass: true}",
+			"plans[pro].profiles.users_read.bypass", "unknown field", app.ErrUnknownField},
+		{"unknown field in the facade", "  family: costly", "  family: costly\n  allow_list: [acme]", "facade.allow_list", "unknown field", app.ErrUnknownField},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Contains(t, goodYAML, tt.from)
+			_, err := app.ParseConfig([]byte(strings.Replace(goodYAML, tt.from, tt.to, 1)), withSecret())
+			var ce *domain.ConfigError
+			require.ErrorAs(t, err, &ce, "%v", err)
+			assert.Equal(t, tt.field, ce.Field, "%v", err)
+			assert.Contains(t, ce.Reason, tt.reason)
+			assert.Contains(t, ce.Reason, "line ")
+			if tt.sentinel != nil {
+				assert.ErrorIs(t, err, tt.sentinel)
+			}
+		})
+	}
+}
+
+// TestParseConfigIsLinearOnAdversarialFiles is the regression test of two
+// filed defects: a YAML merge key referring to itself (or a cycle of
+// anchors) ended the process in a stack overflow, and duplicated merge
+// keys nested 32 deep made parsing run for about 20 minutes, because the
+// unknown-field check walked aliases and merges. Each file here must be
+// refused with a *domain.ConfigError; the 30 s guard only catches a hang
+// (each parse takes about a millisecond), it measures nothing.
+func TestParseConfigIsLinearOnAdversarialFiles(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "adversarial", "*.yaml"))
+	require.NoError(t, err)
+	docs := map[string][]byte{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		docs[filepath.Base(f)] = b
+	}
+	require.Len(t, docs, 6)
+	docs["nested sequences 100 000 deep"] = []byte("profiles: " + strings.Repeat("[", 100_000) + strings.Repeat("]", 100_000))
+	docs["nested mappings 20 000 deep"] = []byte("degraded: " + strings.Repeat("{a: ", 20_000) + "1" + strings.Repeat("}", 20_000))
+	docs["a scalar of 1 MiB"] = []byte("instance_id: " + strings.Repeat("x", app.MaxConfigBytes-20))
+	docs["over the size bound"] = []byte("instance_id: " + strings.Repeat("x", app.MaxConfigBytes))
+	for name, doc := range docs {
+		t.Run(name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() {
+				_, err := app.ParseConfig(doc, withSecret())
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				var ce *domain.ConfigError
+				require.ErrorAs(t, err, &ce, "%v", err)
+				assert.ErrorIs(t, err, domain.ErrInvalidConfig)
+			case <-time.After(30 * time.Second):
+				t.Fatal("parsing hangs")
+			}
+		})
+	}
+}
