@@ -262,7 +262,7 @@ func (s *profileSet) resolve(route string) (*profile, error) {
 // It accepts net/http ServeMux patterns ("[METHOD ][HOST]/path/{id}"),
 // Express-style templates ("/path/:id") and gRPC full methods
 // ("/pkg.Service/Method"). ServeMux wildcards are rewritten in the Express
-// form that seed PD-172's route pattern admits — the pattern has no room
+// form that the route pattern of docs/adr/005 admits — the pattern has no room
 // for braces: {id} → :id, {rest...} → :rest*, and {$} is dropped. A host
 // is dropped too: profiles are per path.
 func parseRoute(s string) (method, path string, err error) {
@@ -338,7 +338,7 @@ func routeKey(method, path string) string {
 	return method + " " + path
 }
 
-// CheckRoutes is the boot check of seed PD-172 §2.2: every exposed route
+// CheckRoutes is a boot check (docs/adr/005): every exposed route
 // (ServeMux patterns, gRPC full methods) must resolve to a profile. It
 // returns a *domain.ConfigError wrapping ErrRouteWithoutProfile that lists
 // every route left without one. c must be valid.

@@ -12,10 +12,10 @@ type Code string
 // Stable error codes.
 const (
 	// CodeInvalidContext marks a request whose context (route, ip, identity)
-	// cannot be evaluated. Seed PD-172: ERR-172-03.
+	// cannot be evaluated (docs/adr/005).
 	CodeInvalidContext Code = "ERR-172-03"
-	// CodeInvalidConfig marks a configuration refused at boot. Seed PD-172:
-	// ERR-172-05.
+	// CodeInvalidConfig marks a configuration refused at boot
+	// (docs/adr/005).
 	CodeInvalidConfig Code = "ERR-172-05"
 	// CodeStoreUnavailable marks a store that cannot answer (connection
 	// refused, closed, script error).

@@ -54,7 +54,7 @@ const (
 	MaxSlidingLogLimit = 100_000
 )
 
-// Well-known window names (seed PD-172). Any other non-empty name is allowed.
+// Well-known window names. Any other non-empty name is allowed.
 const (
 	WindowBurst     = "burst"
 	WindowSustained = "sustained"
