@@ -23,6 +23,7 @@ import (
 // no unit can leave a window, or come back to GCRA, while they run.
 func cases() []testCase {
 	return []testCase{
+		// At one instant: these hold on any clock.
 		{name: "SlidingLogAdmitsExactlyLimit", run: slidingLogAdmitsExactlyLimit},
 		{name: "GCRAAdmitsExactlyLimitAsBurst", run: gcraAdmitsExactlyLimitAsBurst},
 		{name: "GCRABurstCapacityUsesTruncatedEmissionInterval", run: gcraBurstCapacityUsesTruncatedEmissionInterval},
@@ -44,6 +45,7 @@ func cases() []testCase {
 		{name: "ConcurrentRequestsAcrossTwoKeysAreAllOrNothing", run: concurrentRequestsAcrossTwoKeysAreAllOrNothing},
 		{name: "ClosedStoreReturnsErrStoreClosed", run: closedStoreReturnsErrStoreClosed},
 
+		// Timelines: they move the caller's clock.
 		{name: "SlidingLogUnitsLeaveExactlyOnePeriodLater", scripted: true, run: slidingLogUnitsLeaveExactlyOnePeriodLater},
 		{name: "SlidingLogRetryAfterWaitsForEnoughOldestUnits", scripted: true, run: slidingLogRetryAfterWaitsForEnoughOldestUnits},
 		{name: "SlidingLogResetAfterIsWhenNewestUnitLeaves", scripted: true, run: slidingLogResetAfterIsWhenNewestUnitLeaves},
@@ -56,6 +58,7 @@ func cases() []testCase {
 		{name: "ClockBackwardsNeverAdmitsMoreThanLimit", scripted: true, run: clockBackwardsNeverAdmitsMoreThanLimit},
 		{name: "ClockJitterNeverAdmitsMoreThanLimit", scripted: true, run: clockJitterNeverAdmitsMoreThanLimit},
 
+		// Beyond ports.Store: stores of one fleet.
 		{name: "TwoStoresShareTheirCounts", shared: true, run: twoStoresShareTheirCounts},
 	}
 }

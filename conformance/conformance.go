@@ -59,8 +59,8 @@ import (
 )
 
 // Features declares how a store departs from, or goes beyond, the full
-// ports.Store contract. The zero value is the contract exactly: a store
-// that counts on the instant it is given, one state per store value.
+// ports.Store contract. The zero value asks for that contract exactly,
+// and nothing beyond it.
 type Features struct {
 	// ServerTime declares a store that ignores the now it is given and
 	// reads its own clock (the Redis store's default, which reads Redis
@@ -94,10 +94,11 @@ func Run(t *testing.T, newStore func(t testing.TB) ports.Store) {
 // says, given the features f the store declares. Each case is a parallel
 // subtest of t.
 //
-// newStore is called at least once per case, from the case's own
-// goroutine, and must return a fresh, open store; it registers the store's
-// cleanup (t.Cleanup) and may call t.Fatal. Calls run in parallel, so
-// newStore must be safe for simultaneous use, as must the stores.
+// newStore is called once per case (twice in the Shared case), from the
+// case's own goroutine, with the case's t, and must return a fresh, open
+// store; it registers the store's cleanup (t.Cleanup) and may call
+// t.Fatal. Calls run in parallel, so newStore must be safe for
+// simultaneous use, as must the stores.
 //
 // The suite writes only keys of the form conf:{<random id>}:<name> and
 // resets them when a case ends, so it may share a server with other data.
