@@ -43,6 +43,7 @@ func cases() []testCase {
 		{name: "RequestsAtTheBoundsAreAccepted", run: requestsAtTheBoundsAreAccepted},
 		{name: "ConcurrentRequestsOnOneKeyAdmitExactlyLimit", run: concurrentRequestsOnOneKeyAdmitExactlyLimit},
 		{name: "ConcurrentRequestsAcrossTwoKeysAreAllOrNothing", run: concurrentRequestsAcrossTwoKeysAreAllOrNothing},
+		{name: "LimitsSliceIsNotKeptAfterTheCall", run: limitsSliceIsNotKeptAfterTheCall},
 		{name: "ClosedStoreReturnsErrStoreClosed", run: closedStoreReturnsErrStoreClosed},
 
 		// Timelines: they move the caller's clock.
@@ -963,6 +964,27 @@ func concurrentRequestsAcrossTwoKeysAreAllOrNothing(e *env) {
 	if got := r.Status(1).Remaining; got != limitB-both-onlyB {
 		e.t.Errorf("B has %d remaining after %d admitted requests, want %d", got, both+onlyB, limitB-both-onlyB)
 	}
+}
+
+func limitsSliceIsNotKeptAfterTheCall(e *env) {
+	m := time.Minute
+	sl, gc := window(domain.SlidingLog, 3, 10*m), window(domain.GCRA, 3, 9*m) // T = 3min
+	a, b := limitOf(e.key("a"), sl, 1), limitOf(e.key("b"), gc, 1)
+	c, d := limitOf(e.key("c"), sl, 1), limitOf(e.key("d"), gc, 1)
+	limits := []domain.Limit{a, b}
+	r, err := e.store.Evaluate(e.ctx, e.t0, limits)
+	if err != nil || !r.Allowed {
+		e.t.Fatalf("evaluate [a b] on fresh keys: allowed %t, error %v; want allowed", r.Allowed, err)
+	}
+	// The caller reuses the slice's memory once the call has returned, as
+	// the app's pooled evaluations do. Under the race detector, a store
+	// still reading it races with these writes.
+	limits[0], limits[1] = c, d
+	r = e.peek("peek after the slice was reused", e.t0, a, b, c, d)
+	e.checkStatus("a", r.Status(0), status{allowed: true, remaining: 2, resetAfter: 10 * m})
+	e.checkStatus("b", r.Status(1), status{allowed: true, remaining: 2, resetAfter: 3 * m})
+	e.checkStatus("c (written into the reused slice)", r.Status(2), status{allowed: true, remaining: 3})
+	e.checkStatus("d (written into the reused slice)", r.Status(3), status{allowed: true, remaining: 3})
 }
 
 func closedStoreReturnsErrStoreClosed(e *env) {

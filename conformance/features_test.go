@@ -206,3 +206,45 @@ func TestSharedStoresShareTheirCounts(t *testing.T) {
 		assert.Contains(t, failed.Cases(), "TwoStoresShareTheirCounts", "failures:\n%s", failed)
 	})
 }
+
+// commitsOnNextCall is a write-behind store: an admitted Evaluate is
+// answered from Peek and committed at the start of the next call, from the
+// limits slice it kept.
+type commitsOnNextCall struct {
+	ports.Store
+	mu      sync.Mutex
+	pending []domain.Limit
+	at      time.Time
+}
+
+func (s *commitsOnNextCall) flush(ctx context.Context) {
+	if s.pending != nil {
+		_, _ = s.Store.Evaluate(ctx, s.at, s.pending)
+		s.pending = nil
+	}
+}
+
+func (s *commitsOnNextCall) Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flush(ctx)
+	r, err := s.Store.Peek(ctx, now, limits)
+	if err == nil && r.Allowed {
+		s.pending, s.at = limits, now
+	}
+	return r, err
+}
+
+func (s *commitsOnNextCall) Peek(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flush(ctx)
+	return s.Store.Peek(ctx, now, limits)
+}
+
+func TestSuiteFailsAStoreThatKeepsTheLimitsSlice(t *testing.T) {
+	failed := Check(Features{}, func(t testing.TB) ports.Store {
+		return &commitsOnNextCall{Store: newReference(t)}
+	})
+	assert.Contains(t, failed.Cases(), "LimitsSliceIsNotKeptAfterTheCall", "failures:\n%s", failed)
+}
