@@ -8,11 +8,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
 	lockPortChild() // exits when the binary runs as another test binary's stand-in
-	Main(m)
+	goleak.VerifyTestMain(stopServersFirst{m}, spawner)
 }
 
 func TestStandalone(t *testing.T) {
