@@ -109,4 +109,3 @@ func fuzzConfig() app.Config {
 	})
 	return cfg
 }
-
