@@ -82,7 +82,7 @@ func TestOutageKill(t *testing.T) {
 	outage, rec, heal := tr.tally(phaseOutage), tr.tally(phaseRecovering), tr.tally(phaseHealed)
 	checkDegradedPhase(t, "outage", outage, tr.workers)
 	checkDegradedPhase(t, "recovering", rec, tr.workers)
-	checkBypassCap(t, outage, rec, heal)
+	checkBypassCap(t, tr)
 	if n := callsWhileOpen(r.journal, down.at, up.at); n > tr.workers {
 		t.Errorf("%d store calls began while the breaker was open (at most one per worker may straddle its opening)", n)
 	}

@@ -374,6 +374,48 @@ func checkRecovery(t *testing.T, j *journal, from int, clearing int) int {
 	return -1
 }
 
+// replayAll replays every probe through the health machine, from HEALTHY
+// at boot, together with the in-band trips (HEALTHY→DEGRADED between two
+// probes, after consecutive store failures), and checks that the Limiter
+// recorded exactly the transitions they call for, in order, each tagged
+// with its probe. It returns how many transitions were in-band trips.
+func replayAll(t *testing.T, j *journal, clearing int) (inBand int) {
+	t.Helper()
+	all := j.allTransitions()
+	probes := j.probes.all()
+	m := domain.NewHealthMachine(clearing)
+	next := 0
+	tripsAfter := func(p int) {
+		for next < len(all) && all[next].probes == p && m.State() == domain.Healthy &&
+			all[next].change == (domain.StateChange{From: domain.Healthy, To: domain.Degraded}) {
+			m, _, _, _ = m.Apply(domain.ProbeFailed)
+			next++
+			inBand++
+		}
+	}
+	tripsAfter(0)
+	for p := 1; p <= len(probes); p++ {
+		ev := domain.ProbeOK
+		if probes[p-1].err != nil {
+			ev = domain.ProbeFailed
+		}
+		var change domain.StateChange
+		var changed bool
+		m, change, changed, _ = m.Apply(ev)
+		if changed {
+			if next >= len(all) || all[next].change != change || all[next].probes != p {
+				t.Fatalf("probe %d (%s) calls for %s→%s; transitions: %v", p, ev, change.From, change.To, all)
+			}
+			next++
+		}
+		tripsAfter(p)
+	}
+	if next != len(all) {
+		t.Fatalf("transitions %v are not explained by the probes and in-band trips (explained %d of %d)", all[next:], next, len(all))
+	}
+	return inBand
+}
+
 // figure logs one measured figure for docs/runbook.md; run the drills with
 // -v and grep FIGURE to collect them.
 func figure(t *testing.T, name string, format string, args ...any) {
