@@ -150,16 +150,17 @@ func reportPhases(t *testing.T, drill string, tr *traffic, phases map[string]int
 // disturbed by a store call that missed its deadline (the drills share two
 // loaded cores with other tests; a timed-out call may or may not have been
 // counted) is repeated with another user, up to three times: a store that
-// miscounts fails every run.
-func checkExact(t *testing.T, lim *app.Limiter, user string) {
+// miscounts fails every run. It returns the user whose quota is spent.
+func checkExact(t *testing.T, lim *app.Limiter, base string) (user string) {
 	t.Helper()
 	var why string
 	for attempt := range 3 {
 		waitFor(t, settle, "HEALTHY for the exactness check", func() bool { return !lim.BreakerOpen() })
+		user = fmt.Sprintf("%s-%d", base, attempt)
 		var disturbed bool
-		why, disturbed = exactRun(lim, fmt.Sprintf("%s-%d", user, attempt))
+		why, disturbed = exactRun(lim, user)
 		if why == "" {
-			return
+			return user
 		}
 		if !disturbed {
 			break
@@ -167,6 +168,7 @@ func checkExact(t *testing.T, lim *app.Limiter, user string) {
 		t.Logf("exactness run %d disturbed by a missed deadline: %s", attempt+1, why)
 	}
 	t.Fatal(why)
+	return ""
 }
 
 // exactRun is one run of checkExact: it returns what went wrong, and

@@ -47,6 +47,7 @@ const (
 	routeExport = "POST /api/v1/exports"
 	routeQuota  = "POST /api/v1/reports"
 	routeLedger = "POST /api/v1/ledger"
+	routeBursts = "POST /api/v1/bursts"
 )
 
 // Limits the drills assert on.
@@ -91,6 +92,10 @@ func drillConfig() app.Config {
 			{Name: "ledger", Family: domain.FamilyCostly, Routes: []string{routeLedger}, Windows: app.WindowsConfig{
 				User: []app.WindowConfig{{Name: "sustained", Limit: ledgerLimit, Period: time.Hour}},
 			}},
+			// GCRA windows only: its keys are strings, never sliding logs.
+			{Name: "bursts", Family: domain.FamilyCostly, Routes: []string{routeBursts}, Windows: app.WindowsConfig{
+				User: []app.WindowConfig{{Name: "burst", Limit: 100, Period: time.Minute, Algorithm: domain.GCRA}},
+			}},
 		},
 	}
 }
@@ -119,6 +124,9 @@ type rigOptions struct {
 	mutate func(*app.Config)
 	// instance names the instance (InstanceID).
 	instance string
+	// memoryCheck wires the store's maxmemory check into the Limiter's
+	// boot (Limiter.Warnings).
+	memoryCheck bool
 }
 
 // newRig starts what opts asks for; everything stops on t.Cleanup, the
@@ -150,7 +158,14 @@ func newRig(t *testing.T, opts rigOptions) *rig {
 	}
 	r.probes = &probeLog{p: store.Prober()}
 	r.journal = &journal{probes: r.probes}
-	r.lim = newLimiter(t, cfg, store, r.fallback, r.probes, r.journal)
+	deps := app.Deps{Store: store, Fallback: r.fallback, Prober: r.probes, Recorder: r.journal}
+	if opts.memoryCheck {
+		deps.MemoryCheck = func(ctx context.Context, budget int64) ([]string, error) {
+			rep, err := store.CheckMaxMemory(ctx, budget)
+			return rep.Warnings, err
+		}
+	}
+	r.lim = newLimiterDeps(t, cfg, deps)
 	return r
 }
 
@@ -164,9 +179,9 @@ func newFallback(t *testing.T) *local.Store {
 	return s
 }
 
-func newLimiter(t *testing.T, cfg app.Config, store, fallback ports.Store, prober ports.Prober, rec ports.Recorder) *app.Limiter {
+func newLimiterDeps(t *testing.T, cfg app.Config, deps app.Deps) *app.Limiter {
 	t.Helper()
-	l, err := app.New(cfg, app.Deps{Store: store, Fallback: fallback, Prober: prober, Recorder: rec})
+	l, err := app.New(cfg, deps)
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
 	}
