@@ -118,6 +118,9 @@ type rigOptions struct {
 	server redistest.Config
 	// srv, when set, is an existing server to share (replicas of a fleet).
 	srv *redistest.Server
+	// cluster, when set, is the Redis Cluster the store uses instead of a
+	// standalone server.
+	cluster *redistest.DedicatedCluster
 	// proxy puts a fault proxy between the store and the server.
 	proxy bool
 	// mutate adjusts drillConfig.
@@ -134,15 +137,21 @@ type rigOptions struct {
 func newRig(t *testing.T, opts rigOptions) *rig {
 	t.Helper()
 	r := &rig{srv: opts.srv}
-	if r.srv == nil {
-		r.srv = redistest.NewServerWith(t, opts.server)
+	rc := redis.Config{Mode: redis.ModeStandalone, Password: opts.server.Password}
+	switch {
+	case opts.cluster != nil:
+		rc.Addrs, rc.Mode = opts.cluster.Addrs(), redis.ModeCluster
+	default:
+		if r.srv == nil {
+			r.srv = redistest.NewServerWith(t, opts.server)
+		}
+		rc.Addrs = []string{r.srv.Addr()}
+		if opts.proxy {
+			r.proxy = faultproxy.New(t, r.srv.Addr())
+			rc.Addrs = []string{r.proxy.Addr()}
+		}
 	}
-	addr := r.srv.Addr()
-	if opts.proxy {
-		r.proxy = faultproxy.New(t, addr)
-		addr = r.proxy.Addr()
-	}
-	store, err := redis.New(redis.Config{Addrs: []string{addr}, Mode: redis.ModeStandalone, Password: opts.server.Password})
+	store, err := redis.New(rc)
 	if err != nil {
 		t.Fatalf("redis.New: %v", err)
 	}

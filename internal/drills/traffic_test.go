@@ -114,6 +114,9 @@ type tally struct {
 	worst               time.Duration
 	// took holds every decision's latency, for percentiles.
 	took []time.Duration
+	// ledger holds every decision of the ledger flow, in the order they
+	// ended.
+	ledger []ledgerEvent
 	errs []error
 }
 
@@ -121,7 +124,14 @@ func newTally() *tally {
 	return &tally{outcomes: map[outcomeKey]int{}, bypassed: map[string]int{}, admitted: map[string]int{}, uncertain: map[string]int{}}
 }
 
-func (t *tally) add(f flow, req app.Request, d domain.Decision, took time.Duration, err error) {
+// ledgerEvent is one decision of the ledger flow.
+type ledgerEvent struct {
+	start    time.Time
+	admitted bool // by the primary store
+	failed   bool // the store call failed or missed its deadline
+}
+
+func (t *tally) add(f flow, req app.Request, d domain.Decision, start time.Time, took time.Duration, err error) {
 	t.decisions++
 	k := outcomeKey{family: f.family, state: d.State, cause: d.Cause, source: d.Source}
 	if d.State == domain.DeniedDegraded {
@@ -143,6 +153,11 @@ func (t *tally) add(f flow, req app.Request, d domain.Decision, took time.Durati
 	}
 	t.worst = max(t.worst, took)
 	t.took = append(t.took, took)
+	if f.name == ledgerFlow.name {
+		t.ledger = append(t.ledger, ledgerEvent{start: start,
+			admitted: d.State == domain.Allowed && d.Source == domain.SourcePrimary,
+			failed:   d.Cause == domain.CauseStoreTimeout || d.Cause == domain.CauseStoreUnavailable})
+	}
 	if err != nil && len(t.errs) < 8 {
 		t.errs = append(t.errs, err)
 	}
@@ -232,7 +247,7 @@ func (tr *traffic) work(ctx context.Context, w int) {
 			tl = newTally()
 			tr.tallies[phase] = tl
 		}
-		tl.add(f, req, d, took, err)
+		tl.add(f, req, d, start, took, err)
 		tr.mu.Unlock()
 		time.Sleep(tr.pace)
 	}
