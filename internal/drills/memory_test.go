@@ -107,6 +107,7 @@ func TestMemoryEvicting(t *testing.T) {
 				server:      redistest.Config{MaxMemory: maxMemory, MaxMemoryPolicy: policy},
 				mutate:      func(c *app.Config) { c.RedisMemoryBudgetMB = budgetMB },
 				memoryCheck: true,
+				patient:     true,
 			})
 			checkWarning(t, r.lim, "may evict")
 			user := checkExact(t, r.lim, "Evicted.User@Example.COM")
@@ -119,7 +120,7 @@ func TestMemoryEvicting(t *testing.T) {
 			if left := quotaLeft(t, r.lim, user); left != quotaLimit {
 				t.Fatalf("after the eviction %d of %d reports are left; want the whole quota again", left, quotaLimit)
 			}
-			b := newRig(t, rigOptions{srv: r.srv, instance: "drill-2"})
+			b := newRig(t, rigOptions{srv: r.srv, instance: "drill-2", patient: true})
 			for i := range quotaLimit {
 				if d := decide(t, b.lim, app.Request{Route: routeQuota, ClientIP: rawIP(0), User: user}); d.State != domain.Allowed {
 					t.Fatalf("report %d after the eviction: %s (%s)", i+1, d.State, d.Cause)

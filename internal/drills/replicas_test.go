@@ -76,10 +76,10 @@ func TestReplicasOnFallback(t *testing.T) {
 // replicas starts a fleet of instances on one Redis.
 func replicas(t *testing.T, mutate func(*app.Config)) []*rig {
 	t.Helper()
-	first := newRig(t, rigOptions{mutate: mutate})
+	first := newRig(t, rigOptions{mutate: mutate, patient: true})
 	rigs := []*rig{first}
 	for i := 2; i <= fleet; i++ {
-		rigs = append(rigs, newRig(t, rigOptions{srv: first.srv, mutate: mutate, instance: fmt.Sprintf("drill-%d", i)}))
+		rigs = append(rigs, newRig(t, rigOptions{srv: first.srv, mutate: mutate, instance: fmt.Sprintf("drill-%d", i), patient: true}))
 	}
 	return rigs
 }

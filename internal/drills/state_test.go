@@ -36,8 +36,8 @@ func TestRestart(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			a := newRig(t, rigOptions{server: redistest.Config{Persistence: c.persistence}})
-			b := newRig(t, rigOptions{srv: a.srv, instance: "drill-2"})
+			a := newRig(t, rigOptions{server: redistest.Config{Persistence: c.persistence}, patient: true})
+			b := newRig(t, rigOptions{srv: a.srv, instance: "drill-2", patient: true})
 			user := checkExact(t, a.lim, "Restart.User@Example.COM")
 			req := app.Request{Route: routeQuota, ClientIP: rawIP(0), User: user}
 			stop := a.srv.Stop

@@ -117,7 +117,7 @@ type tally struct {
 	// ledger holds every decision of the ledger flow, in the order they
 	// ended.
 	ledger []ledgerEvent
-	errs []error
+	errs   []error
 }
 
 func newTally() *tally {
