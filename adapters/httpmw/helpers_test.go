@@ -8,8 +8,11 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -60,9 +63,11 @@ func newLocal(t testing.TB) ports.Store {
 }
 
 // newRedis returns a store on the Redis server at url, closed at cleanup.
+// Its deadline matches the fixture's store_timeout: generous, so that a
+// loaded machine does not turn calls into degraded decisions.
 func newRedis(t testing.TB, url string) *redis.Store {
 	t.Helper()
-	s, err := redis.New(redis.Config{URL: url, Mode: redis.ModeStandalone})
+	s, err := redis.New(redis.Config{URL: url, Mode: redis.ModeStandalone, Timeout: 2 * time.Second})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
@@ -158,3 +163,21 @@ func (s *service) callsOf(route string) int64 { return s.calls[route].Load() }
 
 // loopback is where the test clients come from.
 var loopback = netip.MustParsePrefix("127.0.0.0/8")
+
+// lockedWriter collects what the server's goroutines log.
+type lockedWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
