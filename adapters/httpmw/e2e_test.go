@@ -448,3 +448,25 @@ func TestNewRefusesBadInput(t *testing.T) {
 	_, err = httpmw.New(newLimiter(t, testConfig(t), newLocal(t), nil), httpmw.Config{ProxyHeader: 9})
 	assert.ErrorIs(t, err, domain.ErrInvalidConfig)
 }
+
+// TestNestedMuxes: behind an outer mux (metrics, admin routes), the
+// route is the inner mux's pattern, not the outer one's.
+func TestNestedMuxes(t *testing.T) {
+	rec := &recordertest.Memory{}
+	lim := newLimiter(t, testConfig(t), newLocal(t), rec)
+	inner := httpmw.NewServeMux()
+	inner.HandleFunc("GET /api/v1/items/{id}", func(http.ResponseWriter, *http.Request) {})
+	mw, err := httpmw.New(lim, httpmw.Config{Route: inner.Route()})
+	require.NoError(t, err)
+	outer := http.NewServeMux()
+	outer.Handle("GET /metrics", http.NotFoundHandler())
+	outer.Handle("/", mw(inner))
+	srv := httptest.NewServer(outer)
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL + "/api/v1/items/5")
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	last, _ := rec.LastDecision()
+	assert.Equal(t, "GET /api/v1/items/{id}", last.Route)
+}

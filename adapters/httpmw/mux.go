@@ -17,12 +17,10 @@ func RequestPattern(r *http.Request) string { return r.Pattern }
 // request the mux cannot route (404, 405) has no pattern, so it is
 // refused as invalid context; a request the mux will redirect (a missing
 // trailing slash, an unclean path) counts under the pattern it is
-// redirected to.
+// redirected to. http.Request.Pattern is not read: an outer mux that
+// routed the request to this one has set it to its own pattern.
 func MuxRoute(mux *http.ServeMux) RouteFunc {
 	return func(r *http.Request) string {
-		if r.Pattern != "" {
-			return r.Pattern
-		}
 		_, pattern := mux.Handler(r)
 		return pattern
 	}
