@@ -54,7 +54,7 @@ func ParseDimension(s string) (Dimension, error) {
 			return d, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown dimension %q (want ip, user, apikey, tenant or tenant_global)", s)
+	return 0, &UnknownNameError{Kind: "dimension", Name: s, Valid: "ip, user, apikey, tenant or tenant_global"}
 }
 
 // Dimensions lists every dimension, in key-building order.
