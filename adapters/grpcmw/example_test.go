@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/adapters/grpcmw"
 	"github.com/sluicehq/sluice/adapters/local"
 	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/domain"
 	"github.com/sluicehq/sluice/ports/recordertest"
 )
 
@@ -30,8 +31,8 @@ func exampleLimiter() *app.Limiter {
 	lim, err := app.New(app.Config{
 		HMACSecret: app.Secret(strings.Repeat("5e", 32)), // example only: never hard-code a secret
 		Profiles: []app.ProfileConfig{
-			{Name: "health", Family: "read", Routes: []string{"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/List"}, Windows: burst},
-			{Name: "health_watch", Family: "auth", Routes: []string{"/grpc.health.v1.Health/Watch"}, Windows: burst},
+			{Name: "health", Family: domain.FamilyRead, Routes: []string{"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/List"}, Windows: burst},
+			{Name: "health_watch", Family: domain.FamilyAuth, Routes: []string{"/grpc.health.v1.Health/Watch"}, Windows: burst},
 		},
 	}, app.Deps{Store: primary, Fallback: fallback, Recorder: recordertest.Discard{}})
 	if err != nil {

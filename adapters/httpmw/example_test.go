@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/adapters/httpmw"
 	"github.com/sluicehq/sluice/adapters/local"
 	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/domain"
 	"github.com/sluicehq/sluice/ports/recordertest"
 )
 
@@ -25,7 +26,7 @@ func exampleLimiter() *app.Limiter {
 	lim, err := app.New(app.Config{
 		HMACSecret: app.Secret(strings.Repeat("5e", 32)), // example only: never hard-code a secret
 		Profiles: []app.ProfileConfig{{
-			Name: "users", Family: "read", Routes: []string{"GET /api/v1/users/{id}"},
+			Name: "users", Family: domain.FamilyRead, Routes: []string{"GET /api/v1/users/{id}"},
 			Windows: app.WindowsConfig{IP: []app.WindowConfig{{Name: "burst", Limit: 2, Period: time.Minute}}},
 		}},
 	}, app.Deps{Store: primary, Fallback: fallback, Recorder: recordertest.Discard{}})

@@ -169,7 +169,7 @@ func TestDemoService(t *testing.T) {
 	out := tour.String()
 	for _, want := range []string{
 		"429 Too Many Requests", `400 Bad Request {"error":"invalid_context"}`, "ResourceExhausted",
-		"503 Service Unavailable", `"user-degraded_cap"`, "202 Accepted", `"HEALTHY"`,
+		"gRPC Watch: Unavailable  retry in 1s", `"user-degraded_cap"`, "202 Accepted", `"HEALTHY"`,
 	} {
 		assert.Contains(t, out, want)
 	}
