@@ -31,9 +31,10 @@ var ErrBreakerOpen = errors.New("breaker open")
 // wrong for the fleet. Peek is not a decision: only its store call is
 // recorded.
 func (l *Limiter) Peek(ctx context.Context, req Request) (domain.Decision, error) {
-	var ev evaluation
-	l.begin(&ev)
-	if err := l.prepare(&ev, req); err != nil {
+	ev := getEvaluation()
+	defer putEvaluation(ev)
+	l.begin(ev)
+	if err := l.prepare(ev, req); err != nil {
 		ev.reject(err)
 		return ev.d, err
 	}
@@ -44,11 +45,11 @@ func (l *Limiter) Peek(ctx context.Context, req Request) (domain.Decision, error
 	if l.BreakerOpen() {
 		return domain.Decision{}, fmt.Errorf("%w: %w", domain.ErrStoreUnavailable, ErrBreakerOpen)
 	}
-	res, _, err := l.callStore(ctx, &ev, ports.OpPeek)
+	res, _, err := l.callStore(ctx, ev, ports.OpPeek)
 	if err != nil {
 		return domain.Decision{}, err
 	}
-	l.fromResult(&ev, &res, domain.SourcePrimary)
+	l.fromResult(ev, &res, domain.SourcePrimary)
 	return ev.d, nil
 }
 

@@ -152,16 +152,17 @@ func (l *Limiter) AllowDualContext(ctx context.Context, tenantKey string, tenant
 // the invalid-input error (also recorded) or a recording failure.
 func (l *Limiter) DecideDual(ctx context.Context, tenantKey string, tenantLimit int, userKey string, userLimit int) (domain.Decision, error) {
 	ctx = l.startDecision(ctx)
-	var ev evaluation
-	l.begin(&ev)
+	ev := getEvaluation()
+	defer putEvaluation(ev)
+	l.begin(ev)
 	ev.d.Profile, ev.d.Family = DefaultFacadeProfile, l.facade.family
-	inputErr := l.buildFacadeKeys(&ev, tenantKey, tenantLimit, userKey, userLimit)
+	inputErr := l.buildFacadeKeys(ev, tenantKey, tenantLimit, userKey, userLimit)
 	if inputErr != nil {
 		ev.reject(inputErr)
 	} else {
-		l.run(ctx, &ev)
+		l.run(ctx, ev)
 	}
-	return ev.d, errors.Join(inputErr, l.record(ctx, &ev, netip.Addr{}, ""))
+	return ev.d, errors.Join(inputErr, l.record(ctx, ev, netip.Addr{}, ""))
 }
 
 // buildFacadeKeys builds ADR-002's keys with pseudonymised ids: the

@@ -238,6 +238,22 @@ type evaluation struct {
 	transErr error
 }
 
+// evaluations recycles evaluations: their limits go to a store through an
+// interface, which makes them escape, and at a few kilobytes each a fresh
+// one per decision would cost more than the rest of the pipeline. No store
+// keeps the limits past its call (ports.Store).
+var evaluations = sync.Pool{New: func() any { return new(evaluation) }}
+
+// getEvaluation returns a zeroed evaluation; putEvaluation hands it back
+// once the decision is out of it.
+func getEvaluation() *evaluation {
+	ev := evaluations.Get().(*evaluation)
+	*ev = evaluation{}
+	return ev
+}
+
+func putEvaluation(ev *evaluation) { evaluations.Put(ev) }
+
 // add appends one limit of dimension dim.
 func (ev *evaluation) add(l domain.Limit, dim domain.Dimension) {
 	ev.limits[ev.n], ev.dims[ev.n] = l, dim
@@ -297,14 +313,15 @@ func (ev *evaluation) reject(err error) {
 // counted: the decision is Allowed, Cause no_window, Limit 0, Remaining -1.
 func (l *Limiter) Evaluate(ctx context.Context, req Request) (domain.Decision, error) {
 	ctx = l.startDecision(ctx)
-	var ev evaluation
-	l.begin(&ev)
-	if err := l.prepare(&ev, req); err != nil {
+	ev := getEvaluation()
+	defer putEvaluation(ev)
+	l.begin(ev)
+	if err := l.prepare(ev, req); err != nil {
 		ev.reject(err)
 	} else {
-		l.run(ctx, &ev)
+		l.run(ctx, ev)
 	}
-	return ev.d, l.record(ctx, &ev, req.ClientIP, req.Route)
+	return ev.d, l.record(ctx, ev, req.ClientIP, req.Route)
 }
 
 func (l *Limiter) startDecision(ctx context.Context) context.Context {

@@ -93,10 +93,6 @@ func NewHealthMachine(clearing int) HealthMachine {
 // State returns the current state.
 func (m HealthMachine) State() SystemState { return m.state }
 
-// GoodProbes returns how many good probes in a row were seen while
-// RECOVERING.
-func (m HealthMachine) GoodProbes() int { return m.good }
-
 func (m HealthMachine) clearingProbes() int {
 	if m.clearing < 1 {
 		return DefaultClearingProbes
