@@ -19,6 +19,17 @@ const (
 	HeaderRetryAfter = "Retry-After"
 )
 
+// The header names in canonical form: Header.Set allocates to
+// canonicalise any other spelling, on every response.
+var (
+	keyLimit      = http.CanonicalHeaderKey(HeaderLimit)
+	keyRemaining  = http.CanonicalHeaderKey(HeaderRemaining)
+	keyReset      = http.CanonicalHeaderKey(HeaderReset)
+	keyPolicy     = http.CanonicalHeaderKey(HeaderPolicy)
+	keyRateLimit  = http.CanonicalHeaderKey(HeaderRateLimit)
+	keyRetryAfter = http.CanonicalHeaderKey(HeaderRetryAfter)
+)
+
 // PolicyName returns the name of a window in the RateLimit-Policy and
 // RateLimit fields: "<dimension>-<window>", e.g. "user-burst",
 // "tenant-sustained", "tenant_global-sustained". The dimension is part of
@@ -53,9 +64,9 @@ func setRateLimitHeaders(h http.Header, d *domain.Decision) {
 		return
 	}
 	remaining := max(d.Remaining, 0)
-	h.Set(HeaderLimit, strconv.FormatInt(d.Limit, 10))
-	h.Set(HeaderRemaining, strconv.FormatInt(remaining, 10))
-	h.Set(HeaderReset, strconv.FormatInt(ceilSeconds(d.ResetAfter), 10))
+	h.Set(keyLimit, strconv.FormatInt(d.Limit, 10))
+	h.Set(keyRemaining, strconv.FormatInt(remaining, 10))
+	h.Set(keyReset, strconv.FormatInt(ceilSeconds(d.ResetAfter), 10))
 
 	var b strings.Builder
 	limiting := PolicyName(d.LimitingDimension, d.LimitingWindow)
@@ -70,7 +81,7 @@ func setRateLimitHeaders(h http.Header, d *domain.Decision) {
 		// whose window list is empty or partial.
 		appendPolicy(&b, limiting, d.Limit, d.LimitingPeriod)
 	}
-	h.Set(HeaderPolicy, b.String())
+	h.Set(keyPolicy, b.String())
 
 	b.Reset()
 	appendString(&b, limiting)
@@ -78,7 +89,7 @@ func setRateLimitHeaders(h http.Header, d *domain.Decision) {
 	b.WriteString(strconv.FormatInt(remaining, 10))
 	b.WriteString(";t=")
 	b.WriteString(strconv.FormatInt(effectiveWindow(d), 10))
-	h.Set(HeaderRateLimit, b.String())
+	h.Set(keyRateLimit, b.String())
 }
 
 // effectiveWindow is the t parameter of the RateLimit field, in seconds.

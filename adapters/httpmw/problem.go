@@ -40,7 +40,7 @@ func writeRefusal(w http.ResponseWriter, d *domain.Decision) {
 	switch d.State {
 	case domain.Throttled:
 		setRateLimitHeaders(h, d)
-		h.Set(HeaderRetryAfter, strconv.FormatInt(retryAfter(d), 10))
+		h.Set(keyRetryAfter, strconv.FormatInt(retryAfter(d), 10))
 		writeProblem(w, problem{
 			Type:             ProblemQuotaExceeded,
 			Title:            "Request cannot be satisfied as assigned quota has been exceeded",
@@ -49,7 +49,7 @@ func writeRefusal(w http.ResponseWriter, d *domain.Decision) {
 		})
 	case domain.DeniedDegraded:
 		setRateLimitHeaders(h, d)
-		h.Set(HeaderRetryAfter, strconv.FormatInt(retryAfter(d), 10))
+		h.Set(keyRetryAfter, strconv.FormatInt(retryAfter(d), 10))
 		p := problem{
 			Type:   ProblemTemporaryReducedCapacity,
 			Title:  "Request cannot be satisfied due to temporary server capacity constraints",
