@@ -221,3 +221,14 @@ func TestDemoGRPCRefusal(t *testing.T) {
 	assert.Equal(t, "ResourceExhausted", status.Code(last).String())
 	p.stop(t)
 }
+
+// TestDemoRefusesARouteWithoutProfile: the boot check stops the service
+// when one of its routes has no profile.
+func TestDemoRefusesARouteWithoutProfile(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := cli(t.Context(), []string{"-dev", "-config", "testdata/missing-profile.yaml", "-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0"}, &stdout, &stderr)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr.String(), `"POST /api/v1/exports"`)
+	assert.Contains(t, stderr.String(), "ERR-172-05")
+	assert.NotContains(t, stdout.String(), "http:", "nothing started")
+}
