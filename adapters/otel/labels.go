@@ -94,9 +94,11 @@ func stateLabel(i int) string {
 	return domain.State(i).String()
 }
 
-// decisionSets holds the attribute sets of decisions_total, built once per
-// (profile, family, state, cause) on first use, so that recording a
-// decision allocates nothing.
+// decisionSets counts decisions_total: one counter per (profile, family,
+// state, cause), created with its attribute set on first use. A decision
+// is an atomic add on its counter, which allocates nothing and costs far
+// less than a synchronous instrument's attribute lookup; the observable
+// counter reports every counter at collection.
 type decisionSets struct {
 	instance   attribute.KeyValue
 	causes     []string
@@ -109,11 +111,17 @@ type decisionSets struct {
 	other    *profileCells
 }
 
-// profileCells are one profile's option slices, indexed by
-// (family, state, cause).
+// profileCells are one profile's counters, indexed by (family, state,
+// cause).
 type profileCells struct {
 	name  string
-	cells []atomic.Pointer[[]metric.AddOption]
+	cells []atomic.Pointer[decisionCell]
+}
+
+// decisionCell is one series of decisions_total.
+type decisionCell struct {
+	n    atomic.Int64
+	opts []metric.ObserveOption
 }
 
 func newDecisionSets(instanceID string) *decisionSets {
@@ -131,11 +139,11 @@ func newDecisionSets(instanceID string) *decisionSets {
 }
 
 func (s *decisionSets) newCells(name string) *profileCells {
-	return &profileCells{name: name, cells: make([]atomic.Pointer[[]metric.AddOption], nFamilies*nStates*len(s.causes))}
+	return &profileCells{name: name, cells: make([]atomic.Pointer[decisionCell], nFamilies*nStates*len(s.causes))}
 }
 
-// options returns the add options of d's series.
-func (s *decisionSets) options(d *domain.Decision) []metric.AddOption {
+// add counts d in its series.
+func (s *decisionSets) add(d *domain.Decision) {
 	pc := s.profile(d.Profile)
 	cause, ok := s.causeIndex[d.Cause]
 	switch {
@@ -145,19 +153,38 @@ func (s *decisionSets) options(d *domain.Decision) []metric.AddOption {
 		cause = len(s.causes) - 1
 	}
 	fam, st := familyIndex(d.Family), stateIndex(d.State)
-	cell := &pc.cells[(fam*nStates+st)*len(s.causes)+cause]
-	if opts := cell.Load(); opts != nil {
-		return *opts
+	slot := &pc.cells[(fam*nStates+st)*len(s.causes)+cause]
+	c := slot.Load()
+	if c == nil {
+		c = &decisionCell{opts: []metric.ObserveOption{metric.WithAttributeSet(attribute.NewSet(
+			attribute.String(LabelDecisionState, stateLabel(st)),
+			attribute.String(LabelRouteProfile, pc.name),
+			attribute.String(LabelRouteFamily, familyLabel(fam)),
+			attribute.String(LabelCause, s.causes[cause]),
+			s.instance,
+		))}}
+		if !slot.CompareAndSwap(nil, c) {
+			c = slot.Load()
+		}
 	}
-	opts := []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
-		attribute.String(LabelDecisionState, stateLabel(st)),
-		attribute.String(LabelRouteProfile, pc.name),
-		attribute.String(LabelRouteFamily, familyLabel(fam)),
-		attribute.String(LabelCause, s.causes[cause]),
-		s.instance,
-	))}
-	cell.Store(&opts)
-	return opts
+	c.n.Add(1)
+}
+
+// observe reports every series counted so far.
+func (s *decisionSets) observe(o observeFunc) {
+	report := func(pc *profileCells) {
+		for i := range pc.cells {
+			if c := pc.cells[i].Load(); c != nil {
+				o(c.n.Load(), c.opts...)
+			}
+		}
+	}
+	report(s.none)
+	s.profiles.Range(func(_, pc any) bool {
+		report(pc.(*profileCells))
+		return true
+	})
+	report(s.other)
 }
 
 // profile returns the cells of a profile, creating them up to MaxProfiles.

@@ -50,10 +50,11 @@ func appLevel(rec *ports.DecisionRecord) slog.Level {
 // decision writes a decision to the application log (no ip, no route, no
 // identifier: the tenant is its pseudonym) and, when it is a refusal or an
 // invalid context, to the audit log.
-func (c *channels) decision(ctx context.Context, now time.Time, rec *ports.DecisionRecord) error {
+// The clock is read only when a record is written.
+func (c *channels) decision(ctx context.Context, clock ports.Clock, rec *ports.DecisionRecord) error {
 	var appErr, auditErr error
 	if lvl := appLevel(rec); c.app.Enabled(ctx, lvl) {
-		r := slog.NewRecord(now, lvl, MsgDecision, 0)
+		r := slog.NewRecord(clock.Now(), lvl, MsgDecision, 0)
 		decisionAttrs(&r, rec)
 		r.AddAttrs(
 			slog.Bool("degraded", rec.Decision.Degraded),
@@ -69,20 +70,20 @@ func (c *channels) decision(ctx context.Context, now time.Time, rec *ports.Decis
 	}
 	switch rec.Decision.State {
 	case domain.Throttled, domain.DeniedDegraded:
-		auditErr = c.refusal(ctx, now, rec)
+		auditErr = c.refusal(ctx, clock, rec)
 	case domain.RejectedInvalidContext:
-		auditErr = c.invalid(ctx, now, rec)
+		auditErr = c.invalid(ctx, clock, rec)
 	}
 	return joinLogErrors(appErr, auditErr)
 }
 
 // refusal writes a THROTTLED or DENIED_DEGRADED decision to the audit log,
 // the one place the raw client ip is written.
-func (c *channels) refusal(ctx context.Context, now time.Time, rec *ports.DecisionRecord) error {
+func (c *channels) refusal(ctx context.Context, clock ports.Clock, rec *ports.DecisionRecord) error {
 	if !c.audit.Enabled(ctx, slog.LevelWarn) {
 		return nil
 	}
-	r := slog.NewRecord(now, slog.LevelWarn, MsgRefusal, 0)
+	r := slog.NewRecord(clock.Now(), slog.LevelWarn, MsgRefusal, 0)
 	if rec.ClientIP.IsValid() {
 		r.AddAttrs(slog.String("client_ip", rec.ClientIP.String()))
 	}
@@ -94,11 +95,11 @@ func (c *channels) refusal(ctx context.Context, now time.Time, rec *ports.Decisi
 
 // invalid writes a REJECTED_INVALID_CONTEXT decision to the audit log:
 // the raw route and the cause, never the ip.
-func (c *channels) invalid(ctx context.Context, now time.Time, rec *ports.DecisionRecord) error {
+func (c *channels) invalid(ctx context.Context, clock ports.Clock, rec *ports.DecisionRecord) error {
 	if !c.audit.Enabled(ctx, slog.LevelWarn) {
 		return nil
 	}
-	r := slog.NewRecord(now, slog.LevelWarn, MsgInvalid, 0)
+	r := slog.NewRecord(clock.Now(), slog.LevelWarn, MsgInvalid, 0)
 	decisionAttrs(&r, rec)
 	routeAttrs(&r, rec.Route)
 	errAttrs(&r, rec.Err)

@@ -39,7 +39,6 @@ type Recorder struct {
 	tracer   trace.Tracer // nil: tracing off
 	closed   atomic.Bool
 
-	decisions   metric.Int64Counter
 	transitions metric.Int64Counter
 	latency     metric.Float64Histogram
 	dsets       *decisionSets
@@ -105,27 +104,31 @@ func New(cfg Config) (*Recorder, error) {
 func (r *Recorder) instruments(instance attribute.KeyValue) error {
 	m := r.provider.Meter(ScopeName)
 	p := r.cfg.Prefix
-	var errs [7]error
-	r.decisions, errs[0] = m.Int64Counter(p+"decisions",
+	var errs []error
+	check := func(err error) { errs = append(errs, err) }
+	decisions, err := m.Int64ObservableCounter(p+"decisions",
 		metric.WithDescription("Rate limit decisions by state, route profile and family, and cause."))
-	r.transitions, errs[1] = m.Int64Counter(p+"system_state_changes",
-		metric.WithDescription("Transitions of the store health state machine."))
-	r.latency, errs[2] = m.Float64Histogram(p+"store_latency", metric.WithUnit("s"),
-		metric.WithDescription("Latency of primary store calls, by operation and outcome."),
-		metric.WithExplicitBucketBoundaries(r.cfg.LatencyBuckets...))
+	check(err)
 	rejected, err := m.Int64ObservableCounter(p+"rejected",
 		metric.WithDescription("Refused requests (THROTTLED, DENIED_DEGRADED) by tenant pseudonym and dual-layer layer (ADR-002)."))
-	errs[3] = err
+	check(err)
+	r.transitions, err = m.Int64Counter(p+"system_state_changes",
+		metric.WithDescription("Transitions of the store health state machine."))
+	check(err)
 	state, err := m.Int64ObservableGauge(p+"system_state",
 		metric.WithDescription("Current store health state: 1 for the state the instance is in, 0 for the others."))
-	errs[4] = err
+	check(err)
 	breaker, err := m.Int64ObservableGauge(p+"breaker_open",
 		metric.WithDescription("1 while the breaker is open (store calls skipped), 0 when closed."))
-	errs[5] = err
+	check(err)
+	r.latency, err = m.Float64Histogram(p+"store_latency", metric.WithUnit("s"),
+		metric.WithDescription("Latency of primary store calls, by operation and outcome."),
+		metric.WithExplicitBucketBoundaries(r.cfg.LatencyBuckets...))
+	check(err)
 	deadline, err := m.Float64ObservableGauge(p+"store_deadline", metric.WithUnit("s"),
 		metric.WithDescription("The configured deadline of one store call."))
-	errs[6] = err
-	if err := errors.Join(errs[:]...); err != nil {
+	check(err)
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	stateOpts := [nSystemStates]metric.ObserveOption{}
@@ -141,9 +144,10 @@ func (r *Recorder) instruments(instance attribute.KeyValue) error {
 		// The breaker is closed only while HEALTHY.
 		o.ObserveInt64(breaker, boolInt(cur != domain.Healthy), instOpt)
 		o.ObserveFloat64(deadline, r.cfg.StoreDeadline.Seconds(), instOpt)
+		r.dsets.observe(func(v int64, opts ...metric.ObserveOption) { o.ObserveInt64(decisions, v, opts...) })
 		r.tenants.observe(func(v int64, opts ...metric.ObserveOption) { o.ObserveInt64(rejected, v, opts...) })
 		return nil
-	}, rejected, state, breaker, deadline)
+	}, decisions, rejected, state, breaker, deadline)
 	if err != nil {
 		return err
 	}
@@ -171,15 +175,14 @@ func (r *Recorder) RecordDecision(ctx context.Context, rec ports.DecisionRecord)
 		return ErrClosed
 	}
 	d := &rec.Decision
-	r.decisions.Add(ctx, 1, r.dsets.options(d)...)
-	now := r.cfg.Clock.Now()
+	r.dsets.add(d)
 	if d.State == domain.Throttled || d.State == domain.DeniedDegraded {
-		r.tenants.add(rec.TenantID, d.Layer, now)
+		r.tenants.add(rec.TenantID, d.Layer, r.cfg.Clock.Now())
 	}
 	if r.tracer != nil {
 		endDecisionSpan(ctx, &rec)
 	}
-	return r.logs.decision(ctx, now, &rec)
+	return r.logs.decision(ctx, r.cfg.Clock, &rec)
 }
 
 // RecordTransition counts a health transition, updates the state and
