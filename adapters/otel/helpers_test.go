@@ -106,12 +106,6 @@ func (s *logSink) text() string {
 	return s.buf.String()
 }
 
-func (s *logSink) reset() {
-	s.mu.Lock()
-	s.buf.Reset()
-	s.mu.Unlock()
-}
-
 // records decodes every line.
 func (s *logSink) records(t testing.TB) []map[string]any {
 	t.Helper()
@@ -274,15 +268,4 @@ func labelKey(pairs []*dto.LabelPair) string {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ",")
-}
-
-// nonZero drops the series at zero.
-func nonZero(m map[string]float64) map[string]float64 {
-	out := map[string]float64{}
-	for k, v := range m {
-		if v != 0 {
-			out[k] = v
-		}
-	}
-	return out
 }
