@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/adapters/local"
 	"github.com/sluicehq/sluice/adapters/otel"
 	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/domain"
 )
 
 // Wiring the recorder into app.New and serving /metrics. The README shows
@@ -27,7 +28,7 @@ func Example() {
 		HMACSecret: testSecret, // from RATE_LIMIT_HMAC_SECRET in production
 		InstanceID: "api-1",
 		Profiles: []app.ProfileConfig{{
-			Name: "login", Family: "auth", Routes: []string{"POST /login"},
+			Name: "login", Family: domain.FamilyAuth, Routes: []string{"POST /login"},
 			Windows: app.WindowsConfig{IP: []app.WindowConfig{{Name: "burst", Limit: 2, Period: time.Second}}},
 		}},
 	}.WithDefaults()

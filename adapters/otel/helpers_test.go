@@ -63,14 +63,14 @@ func testConfig() app.Config {
 		BreakerFailures: 2,
 		ProbeInterval:   time.Hour,
 		Profiles: []app.ProfileConfig{
-			{Name: "users_read", Family: "read", Routes: []string{routeRead}, Windows: app.WindowsConfig{
+			{Name: "users_read", Family: domain.FamilyRead, Routes: []string{routeRead}, Windows: app.WindowsConfig{
 				User:   []app.WindowConfig{{Name: "burst", Limit: 3, Period: time.Second}},
 				Tenant: []app.WindowConfig{{Name: "burst", Limit: 100, Period: time.Second}},
 			}},
-			{Name: "login", Family: "auth", Routes: []string{routeLogin}, Windows: app.WindowsConfig{
+			{Name: "login", Family: domain.FamilyAuth, Routes: []string{routeLogin}, Windows: app.WindowsConfig{
 				IP: []app.WindowConfig{{Name: "burst", Limit: 2, Period: time.Second}},
 			}},
-			{Name: "exports", Family: "costly", Routes: []string{routeExport}, Windows: app.WindowsConfig{
+			{Name: "exports", Family: domain.FamilyCostly, Routes: []string{routeExport}, Windows: app.WindowsConfig{
 				Tenant: []app.WindowConfig{{Name: "burst", Limit: 1, Period: time.Minute}},
 			}},
 		},

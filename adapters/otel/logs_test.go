@@ -26,9 +26,20 @@ var rawIdentities = []string{rawUser, strings.ToLower(rawUser), rawTenant, rawAP
 func TestLogChannels(t *testing.T) {
 	e := newEnv(t, testConfig(), nil)
 	script(t, e)
-	require.NoError(t, e.rec.RecordReset(context.Background(), ports.ResetRecord{
-		Dimension: domain.DimensionIP, SubjectID: "c0ffee", ClientIP: rawIP, Actor: "support:bob", Keys: 2,
-	}))
+	// Support resets the ip while the breaker is open (refused, recorded),
+	// then again once the store is back.
+	reset := app.ResetRequest{Dimension: domain.DimensionIP, ClientIP: rawIP, Actor: "support:bob"}
+	_, err := e.lim.Reset(context.Background(), reset)
+	require.ErrorIs(t, err, app.ErrBreakerOpen)
+	e.primary.down.Store(false)
+	for range 3 {
+		_, err := e.lim.ProbeOnce(context.Background())
+		require.NoError(t, err)
+	}
+	require.Equal(t, domain.Healthy, e.lim.SystemState())
+	n, err := e.lim.Reset(context.Background(), reset)
+	require.NoError(t, err)
+	require.Positive(t, n)
 
 	appText := e.app.text()
 	for _, raw := range append([]string{rawIP.String(), "/api/v1", "not a route", `bad\u0000user`, "support:bob"}, rawIdentities...) {
@@ -43,7 +54,13 @@ func TestLogChannels(t *testing.T) {
 	assert.Equal(t, map[string]int{
 		"ALLOWED": 6, "THROTTLED": 4, "REJECTED_INVALID_CONTEXT": 4, "BYPASS_DEGRADED": 2, "DENIED_DEGRADED": 2,
 	}, states, "every decision reaches the application log")
-	assert.Contains(t, appText, `"msg":"`+otel.MsgTransition+`"`)
+	var transitions []string
+	for _, r := range e.app.records(t) {
+		if r["msg"] == otel.MsgTransition {
+			transitions = append(transitions, r["from"].(string)+"→"+r["to"].(string))
+		}
+	}
+	assert.Equal(t, []string{"HEALTHY→DEGRADED", "DEGRADED→RECOVERING", "RECOVERING→HEALTHY"}, transitions)
 	assert.Contains(t, appText, tenantPseudonym(t), "tenants appear as their pseudonym")
 
 	auditText := e.audit.text()
@@ -72,7 +89,7 @@ func TestLogChannels(t *testing.T) {
 			t.Fatalf("unexpected audit record %v", r)
 		}
 	}
-	assert.Equal(t, map[string]int{"THROTTLED": 4, "DENIED_DEGRADED": 2, "reset": 1}, withIP)
+	assert.Equal(t, map[string]int{"THROTTLED": 4, "DENIED_DEGRADED": 2, "reset": 2}, withIP)
 	assert.Contains(t, auditText, `"route":"not a route"`)
 }
 

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -26,9 +27,11 @@ func tenantPseudonym(t testing.TB) string {
 }
 
 // script runs the sequence the scrape and log tests share: allowed and
-// throttled requests on each profile, four invalid contexts, then an
-// outage: the first failures are degraded in band, the second opens the
-// breaker, and the last two find it open.
+// throttled requests on each profile (a refusal repeated within its
+// retry-after comes from the Limiter's refusal cache, without a store
+// call), four invalid contexts, then, a minute later, an outage: the
+// first failure is degraded in band, the second opens the breaker, and
+// the last two find it open.
 func script(t *testing.T, e *env) {
 	t.Helper()
 	user := app.Request{Route: routeRead, ClientIP: rawIP, User: rawUser, Tenant: rawTenant}
@@ -51,6 +54,7 @@ func script(t *testing.T, e *env) {
 	} {
 		require.Equal(t, domain.RejectedInvalidContext, e.decide(t, req).State)
 	}
+	e.clock.Advance(time.Minute) // every window and cached refusal has expired
 	e.primary.down.Store(true)
 	require.Equal(t, domain.BypassDegraded, e.decide(t, user).State)
 	require.Equal(t, domain.DeniedDegraded, e.decide(t, login).State) // second failure: breaker opens
@@ -116,10 +120,11 @@ func TestScrapeAfterScript(t *testing.T) {
 	}, series(fams["sluice_system_state"]))
 	assert.Equal(t, map[string]float64{"instance_id=test-1": 1}, series(fams["sluice_breaker_open"]))
 	assert.Equal(t, map[string]float64{"instance_id=test-1": 0.05}, series(fams["sluice_store_deadline_seconds"]))
-	// Ten calls answered (5 + 3 + 2), two failed; invalid contexts and an
-	// open breaker call nothing.
+	// Nine calls answered (4 + 3 + 2: the user's second refusal came from
+	// the refusal cache), two failed; invalid contexts and an open breaker
+	// call nothing.
 	assert.Equal(t, map[string]float64{
-		"instance_id=test-1,op=evaluate,outcome=ok":                10,
+		"instance_id=test-1,op=evaluate,outcome=ok":                9,
 		"instance_id=test-1,op=evaluate,outcome=store_unavailable": 2,
 	}, series(fams["sluice_store_latency_seconds"]))
 

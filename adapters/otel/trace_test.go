@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sluicehq/sluice/adapters/otel"
+	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/domain"
 	"github.com/sluicehq/sluice/ports"
 )
@@ -150,4 +151,44 @@ func TestNoTracing(t *testing.T) {
 	require.NoError(t, rec.RecordDecision(ctx, ports.DecisionRecord{Decision: domain.Decision{State: domain.Allowed}}))
 	assert.Empty(t, spans.Ended())
 	assert.True(t, request.IsRecording(), "the caller's span is the caller's to end")
+}
+
+// TestTracingThroughLimiter: the Limiter opens the decision span through
+// StartDecision under the request's span and passes it to the store call
+// and the decision; the exemplar of the store call is served over HTTP.
+func TestTracingThroughLimiter(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	e := newEnv(t, testConfig(), func(c *otel.Config) { c.TracerProvider = tp })
+	ctx, request := tp.Tracer("test").Start(context.Background(), "POST /api/v1/login")
+	_, err := e.lim.Evaluate(ctx, app.Request{Route: routeLogin, ClientIP: rawIP})
+	require.NoError(t, err)
+	request.End()
+
+	ended := spans.Ended()
+	require.Len(t, ended, 3)
+	store, decision := ended[0], ended[1]
+	assert.Equal(t, "sluice.store.evaluate", store.Name())
+	assert.Equal(t, otel.SpanDecision, decision.Name())
+	assert.Equal(t, request.SpanContext().SpanID(), decision.Parent().SpanID())
+	assert.Equal(t, decision.SpanContext().SpanID(), store.Parent().SpanID())
+	attrs := map[attribute.Key]string{}
+	for _, kv := range decision.Attributes() {
+		attrs[kv.Key] = kv.Value.String()
+	}
+	assert.Equal(t, "ALLOWED", attrs[otel.AttrState])
+	assert.Equal(t, "login", attrs[otel.AttrProfile])
+	assert.Equal(t, "burst", attrs[otel.AttrWindow])
+
+	fams := scrape(t, e.srv.URL, "application/openmetrics-text; version=1.0.0")
+	var exemplars []string
+	for _, b := range fams["sluice_store_latency_seconds"].GetMetric()[0].GetHistogram().GetBucket() {
+		for _, lp := range b.GetExemplar().GetLabel() {
+			if lp.GetName() == "span_id" {
+				exemplars = append(exemplars, lp.GetValue())
+			}
+		}
+	}
+	assert.Equal(t, []string{store.SpanContext().SpanID().String()}, exemplars)
 }
