@@ -39,9 +39,12 @@
 // # Logs
 //
 // The application channel receives every decision (allowed ones at debug
-// level, refusals at info, degraded decisions at warn), health
+// level, refusals and invalid contexts at info, degraded decisions and
+// store failures at warn, a limit set the store refused at error), health
 // transitions and resets; it never holds a raw ip, identifier or route:
-// tenants appear as their pseudonym. The security-audit channel receives
+// tenants appear as their pseudonym. In shadow mode decisions are counted
+// and logged with the state they would have had, marked shadow=true in
+// the logs. The security-audit channel receives
 // THROTTLED and DENIED_DEGRADED decisions with the raw client ip and the
 // route, invalid contexts with the route but no ip, and administrative
 // resets with the actor and, when an ip was reset, the raw ip. Records go
