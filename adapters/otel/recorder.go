@@ -83,7 +83,8 @@ func New(cfg Config) (*Recorder, error) {
 		filter = exemplar.TraceBasedFilter
 		r.tracer = cfg.TracerProvider.Tracer(ScopeName)
 	}
-	r.provider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter), sdkmetric.WithExemplarFilter(filter))
+	r.provider = sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter), sdkmetric.WithExemplarFilter(filter),
+		sdkmetric.WithCardinalityLimit(seriesBound(cfg.TenantSeries)))
 	r.logs = channels{app: cfg.AppLog.Handler(), audit: cfg.AuditLog.Handler()}
 	instance := attribute.String(LabelInstanceID, cfg.InstanceID)
 	r.dsets = newDecisionSets(cfg.InstanceID)
@@ -158,6 +159,16 @@ func (r *Recorder) instruments(instance attribute.KeyValue) error {
 		r.transitions.Add(context.Background(), 0, r.tsets.options(c)...)
 	}
 	return nil
+}
+
+// seriesBound is the most series one instrument can have, given the caps
+// on every label; the SDK's cardinality limit (2000 by default, past which
+// series merge into an overflow series with another label set) is set
+// just above it, so that it never changes the exported labels.
+func seriesBound(tenantSeries int) int {
+	decisions := (MaxProfiles + 2) * nFamilies * nStates * (len(domain.Causes()) + 1)
+	rejected := (max(tenantSeries, 0) + 2) * nLayers
+	return max(decisions, rejected) + 1
 }
 
 func boolInt(b bool) int64 {
