@@ -78,7 +78,7 @@ func joinPath(path, name string) string {
 }
 
 var (
-	unknownFieldRE = regexp.MustCompile("^line (\\d+): field (.+) not found in type ")
+	unknownFieldRE = regexp.MustCompile(`^line (\d+): field (.+) not found in type `)
 	mismatchRE     = regexp.MustCompile("^line (\\d+): cannot unmarshal (\\S+) `(.*)` into (.+)$")
 )
 

@@ -108,27 +108,35 @@ func facadeWindows(path string, cs []FacadeWindowConfig) ([]facadeWindow, error)
 	return out, nil
 }
 
-// Allow is ADR-002's RateLimiter.Allow with a background context.
+// Allow is ADR-002's RateLimiter.Allow with a background context; see
+// AllowContext, including what a degraded answer means.
 func (l *Limiter) Allow(key string, limit int) (bool, int, error) {
 	return l.AllowContext(context.Background(), key, limit)
 }
 
 // AllowContext checks one layer: key is the tenant id (or, for anonymous
 // traffic, whatever the caller counts by), counted under rl:{<pseudonym>}
-// with limit requests per Config.Facade.Period. It returns whether the
-// request passes and the requests left. In shadow mode it always passes.
+// on the windows of Config.Facade.Tenant, with limit as the limit of each
+// window that does not fix its own. It returns whether the request passes
+// and the requests left. In shadow mode it always passes.
 //
 // It takes the pipeline's path: breaker, degraded matrix (the façade's own
 // action, Config.Facade.Degraded), recording. A refusal is (false, n, nil);
 // err is non-nil for an invalid key or limit (the decision is then
 // RejectedInvalidContext) or when recording failed.
+//
+// Degraded answers: while the store cannot answer, true may come from the
+// degraded matrix rather than the shared count — with the default "local"
+// action, from this instance's own count, so a fleet of R instances admits
+// up to about limit × R (docs/adr/002). The bool cannot say so: callers
+// that must know use DecideDual, whose Decision.Degraded does.
 func (l *Limiter) AllowContext(ctx context.Context, key string, limit int) (bool, int, error) {
 	d, err := l.DecideDual(ctx, key, limit, "", 0)
 	return passes(d), remainingOf(d.TenantRemaining, d), err
 }
 
 // AllowDual is ADR-002's DualLayerLimiter.AllowDual with a background
-// context.
+// context; see AllowDualContext, including what a degraded answer means.
 func (l *Limiter) AllowDual(tenantKey string, tenantLimit int, userKey string, userLimit int) (allowed bool, tenantRemaining int, userRemaining int, err error) {
 	return l.AllowDualContext(context.Background(), tenantKey, tenantLimit, userKey, userLimit)
 }
@@ -140,16 +148,18 @@ func (l *Limiter) AllowDual(tenantKey string, tenantLimit int, userKey string, u
 // An empty userKey checks the tenant layer alone, as Allow does.
 //
 // Remaining counts are per layer; ADR-002's X-RateLimit-Remaining is
-// min(tenantRemaining, userRemaining). Refusals, errors and shadow mode are
-// as for AllowContext.
+// min(tenantRemaining, userRemaining). Refusals, errors, shadow mode and
+// degraded answers are as for AllowContext.
 func (l *Limiter) AllowDualContext(ctx context.Context, tenantKey string, tenantLimit int, userKey string, userLimit int) (allowed bool, tenantRemaining int, userRemaining int, err error) {
 	d, err := l.DecideDual(ctx, tenantKey, tenantLimit, userKey, userLimit)
 	return passes(d), remainingOf(d.TenantRemaining, d), remainingOf(d.UserRemaining, d), err
 }
 
 // DecideDual is AllowDualContext returning the whole decision, for
-// entry points that need its state, retry-after and headers. The error is
-// the invalid-input error (also recorded) or a recording failure.
+// entry points that need its state, retry-after and headers, and for
+// callers that must tell a degraded answer (Decision.Degraded) from the
+// shared count's. The error is the invalid-input error (also recorded) or
+// a recording failure.
 func (l *Limiter) DecideDual(ctx context.Context, tenantKey string, tenantLimit int, userKey string, userLimit int) (domain.Decision, error) {
 	ctx = l.startDecision(ctx)
 	ev := getEvaluation()

@@ -2,6 +2,7 @@ package app
 
 import (
 	"net/netip"
+	"strings"
 
 	"github.com/sluicehq/sluice/domain"
 )
@@ -91,9 +92,11 @@ func (id identity) client() (domain.Dimension, string) {
 }
 
 // addProfileKeys adds the limits of p's windows for the identities the
-// request carries.
+// request carries. The keys are cut from one string, so that a decision
+// allocates once for all of them.
 func (ev *evaluation) addProfileKeys(p *profile, id identity, cost int64) {
-	tag := id.tag()
+	var parts [domain.MaxLimits]domain.KeyParts
+	n, total := 0, 0
 	for _, dw := range p.Dimensions {
 		pid := id.of(dw.Dimension)
 		if pid == "" {
@@ -104,8 +107,26 @@ func (ev *evaluation) addProfileKeys(p *profile, id identity, cost int64) {
 			route = domain.GlobalRouteKey
 		}
 		for _, w := range dw.Windows {
-			key := domain.KeyParts{Tag: tag, Dimension: dw.Dimension, ID: pid, RouteKey: route, Window: w.Name}.Key()
-			ev.add(domain.Limit{Key: key, Window: w, Cost: cost}, dw.Dimension)
+			parts[n] = domain.KeyParts{Tag: id.tag(), Dimension: dw.Dimension, ID: pid, RouteKey: route, Window: w.Name}
+			total += parts[n].Len()
+			n++
+		}
+	}
+	var b strings.Builder
+	b.Grow(total)
+	var scratch [domain.MaxKeyLen]byte
+	for i := range n {
+		b.Write(parts[i].AppendKey(scratch[:0]))
+	}
+	all, start, i := b.String(), 0, 0
+	for _, dw := range p.Dimensions {
+		if id.of(dw.Dimension) == "" {
+			continue
+		}
+		for _, w := range dw.Windows {
+			end := start + parts[i].Len()
+			ev.add(domain.Limit{Key: all[start:end], Window: w, Cost: cost}, dw.Dimension)
+			start, i = end, i+1
 		}
 	}
 }

@@ -6,6 +6,9 @@
 //	go run ./examples/demo -dev            # make demo does this
 //	go run ./examples/demo tour            # the scripted tour, against the running service
 //
+// The HTTP address also serves the Prometheus metrics at /metrics
+// (adapters/otel); both log channels go to stderr.
+//
 // Flags: -http-addr (default 127.0.0.1:8080), -grpc-addr (default
 // 127.0.0.1:9090), -config (a YAML file; default the embedded sluice.yaml),
 // -dev. sluice has no default HMAC secret: without RATE_LIMIT_HMAC_SECRET

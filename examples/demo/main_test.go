@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -34,6 +35,7 @@ type demoProcess struct {
 	grpcAddr string
 	done     chan error
 	stdout   *bytes.Buffer
+	stderr   *syncBuffer
 }
 
 // startDemo builds the demo, starts it with args and env (over an
@@ -53,12 +55,12 @@ func startDemo(t *testing.T, env []string, args ...string) *demoProcess {
 		}
 	}
 	cmd.Env = append(cmd.Env, env...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	stderr := &syncBuffer{}
+	cmd.Stderr = stderr
 	pipe, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	p := &demoProcess{cmd: cmd, done: make(chan error, 1), stdout: &bytes.Buffer{}}
+	p := &demoProcess{cmd: cmd, done: make(chan error, 1), stdout: &bytes.Buffer{}, stderr: stderr}
 	lines := make(chan string)
 	go func() {
 		sc := bufio.NewScanner(pipe)
@@ -99,6 +101,26 @@ func startDemo(t *testing.T, env []string, args ...string) *demoProcess {
 	}()
 	return p
 }
+
+// syncBuffer collects the demo's stderr, written by exec's goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func stderr(p *demoProcess) string { return p.stderr.String() }
 
 // stop interrupts the demo and checks that it shuts down cleanly.
 func (p *demoProcess) stop(t *testing.T) {
@@ -163,6 +185,12 @@ func TestDemoService(t *testing.T) {
 	assert.Equal(t, []int{200, 200, 200, 429}, codes, "login: 3 per 10 s per address")
 
 	require.NoError(t, p.check(t))
+
+	resp, body = p.get(t, "GET", "/metrics", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Contains(t, body, `sluice_decisions_total{cause="limit_exceeded",decision_state="THROTTLED",instance_id="demo-1",route_family="auth",route_profile="login"} 1`)
+	assert.Contains(t, body, `route_profile="health"`, "gRPC decisions are recorded too")
+	assert.Contains(t, stderr(p), "channel=audit", "refusals reach the security-audit channel")
 
 	var tour bytes.Buffer
 	require.NoError(t, tourMain(t.Context(), []string{"-http", p.httpBase, "-grpc", p.grpcAddr}, &tour))

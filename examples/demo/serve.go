@@ -114,7 +114,11 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		outage = &switchable{Store: primary}
 		primary = outage
 	}
-	rec, metrics := newRecorder(cfg)
+	rec, err := newRecorder(cfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer rec.Close()
 	lim, err := app.New(cfg, app.Deps{Store: primary, Fallback: fallback, Recorder: rec})
 	if err != nil {
 		return err
@@ -123,7 +127,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	for _, w := range lim.Warnings() {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
-	handler, err := newHTTPHandler(lim, metrics, outage)
+	handler, err := newHTTPHandler(lim, rec.Handler(), outage)
 	if err != nil {
 		return err
 	}
@@ -131,7 +135,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	return listenAndServe(ctx, o, handler, grpcSrv, banner{store: kind, secretNote: secretNote, metrics: metrics != nil, outage: outage != nil}, stdout)
+	return listenAndServe(ctx, o, handler, grpcSrv, banner{store: kind, secretNote: secretNote, outage: outage != nil}, stdout)
 }
 
 // listenAndServe serves HTTP and gRPC until ctx is done or one fails,

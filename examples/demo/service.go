@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"log/slog"
 	"net/url"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/sluicehq/sluice/adapters/grpcmw"
 	"github.com/sluicehq/sluice/adapters/httpmw"
+	"github.com/sluicehq/sluice/adapters/otel"
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/domain"
 	"github.com/sluicehq/sluice/ports"
@@ -75,9 +77,7 @@ func newHTTPHandler(lim *app.Limiter, metrics http.Handler, outage *switchable) 
 	}
 	root := http.NewServeMux()
 	root.Handle("/", authenticate(limit(api)))
-	if metrics != nil {
-		root.Handle("GET /metrics", metrics)
-	}
+	root.Handle("GET /metrics", metrics)
 	if outage != nil {
 		root.HandleFunc("POST /demo/outage", func(w http.ResponseWriter, r *http.Request) { outage.set(r.Context(), w, lim, true) })
 		root.HandleFunc("DELETE /demo/outage", func(w http.ResponseWriter, r *http.Request) { outage.set(r.Context(), w, lim, false) })
@@ -158,49 +158,26 @@ func (s *switchable) set(ctx context.Context, w http.ResponseWriter, lim *app.Li
 	reply(w, http.StatusOK, map[string]any{"store_down": down, "system_state": states})
 }
 
-// newRecorder builds the demo's one Recorder, and the /metrics handler
-// when the recorder exports metrics (nil otherwise). This is the one
-// place to swap in the OpenTelemetry recorder of adapters/otel.
-func newRecorder(app.Config) (ports.Recorder, http.Handler) {
-	return &tally{}, nil
+// newRecorder builds the demo's one Recorder: OpenTelemetry metrics on
+// their own Prometheus registry, served by the returned handler at
+// /metrics, and the two log channels on stderr (the application channel,
+// and the security-audit one, which alone may carry a raw client address).
+func newRecorder(cfg app.Config, stderr io.Writer) (*otel.Recorder, error) {
+	cfg = cfg.WithDefaults()
+	logs := slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})
+	return otel.New(otel.Config{
+		InstanceID:    cfg.InstanceID,
+		StoreDeadline: cfg.StoreTimeout,
+		Registry:      prometheus.NewRegistry(),
+		AppLog:        slog.New(logs).With("channel", "app"),
+		AuditLog:      slog.New(logs).With("channel", "audit"),
+	})
 }
-
-// tally is the stand-in Recorder until the OpenTelemetry one is wired: it
-// counts decisions per state and transitions, in bounded memory.
-type tally struct {
-	mu          sync.Mutex
-	states      map[domain.State]int64
-	transitions map[string]int64
-}
-
-func (t *tally) RecordDecision(_ context.Context, rec ports.DecisionRecord) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.states == nil {
-		t.states = map[domain.State]int64{}
-	}
-	t.states[rec.Decision.State]++
-	return nil
-}
-
-func (t *tally) RecordTransition(_ context.Context, c domain.StateChange, _ time.Time) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.transitions == nil {
-		t.transitions = map[string]int64{}
-	}
-	t.transitions[c.From.String()+"→"+c.To.String()]++
-	return nil
-}
-
-func (t *tally) RecordStoreCall(context.Context, ports.StoreCall) {}
-
-func (t *tally) RecordReset(context.Context, ports.ResetRecord) error { return nil }
 
 // banner is what the service prints when it is up.
 type banner struct {
 	http, grpc, store, secretNote string
-	metrics, outage               bool
+	outage                        bool
 }
 
 func (b banner) print(w io.Writer) {
@@ -211,9 +188,7 @@ func (b banner) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "http: %s\n", base)
 	fmt.Fprintf(w, "grpc: %s\n", b.grpc)
-	if b.metrics {
-		fmt.Fprintf(w, "metrics: %s/metrics\n", base)
-	}
+	fmt.Fprintf(w, "metrics: %s/metrics\n", base)
 	fmt.Fprintln(w, "\nTry:")
 	fmt.Fprintf(w, "  curl -i %s/api/v1/search -H '%s: alice@example.org' -H '%s: acme'\n", base, HeaderUser, HeaderTenant)
 	fmt.Fprintf(w, "  for i in 1 2 3 4; do curl -s -o /dev/null -w '%%{http_code}\\n' -X POST %s/api/v1/login; done\n", base)
