@@ -37,7 +37,7 @@ func clientIP(ctx context.Context, trusted []netip.Prefix) (netip.Addr, error) {
 		}
 		client = a
 	}
-	if !isTrusted(client, trusted) {
+	if len(trusted) == 0 {
 		return client, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -45,29 +45,5 @@ func clientIP(ctx context.Context, trusted []netip.Prefix) (netip.Addr, error) {
 	for _, v := range md.Get(forwardedForKey) {
 		hops = append(hops, strings.Split(v, ",")...)
 	}
-	for i := len(hops) - 1; i >= 0; i-- {
-		hop := strings.TrimSpace(hops[i])
-		if hop == "" {
-			continue
-		}
-		a, err := domain.ParseClientIP(hop)
-		if err != nil {
-			return netip.Addr{}, err
-		}
-		client = a
-		if !isTrusted(a, trusted) {
-			break
-		}
-	}
-	return client, nil
-}
-
-func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
-	a = a.Unmap().WithZone("")
-	for _, p := range trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+	return domain.ClientIPBehindProxies(client, hops, trusted)
 }

@@ -31,18 +31,12 @@ func (h ProxyHeader) String() string {
 	return "X-Forwarded-For"
 }
 
-// clientIP resolves the address a request is counted by. The peer is
-// RemoteAddr. Only when the peer is inside a trusted prefix is the
-// forwarding header read, from the right (the hop the trusted proxy
-// appended) to the left, skipping hops that are themselves trusted
-// proxies: the first untrusted hop is the client. When every hop is
-// trusted, the left-most one is. A hop that does not parse where the
-// client is expected ("unknown", an obfuscated identifier, garbage) leaves
-// the address unresolved: counting it against the proxy would throttle
-// every client behind it together.
+// clientIP resolves the address a request is counted by: RemoteAddr, or,
+// when it is a trusted proxy, the right-most untrusted hop of the
+// configured forwarding header (domain.ClientIPBehindProxies).
 func clientIP(r *http.Request, trusted []netip.Prefix, header ProxyHeader) (netip.Addr, error) {
 	peer, err := domain.ParseClientIP(r.RemoteAddr)
-	if err != nil || !isTrusted(peer, trusted) {
+	if err != nil || len(trusted) == 0 {
 		return peer, err
 	}
 	var hops []string
@@ -54,46 +48,23 @@ func clientIP(r *http.Request, trusted []netip.Prefix, header ProxyHeader) (neti
 			hops = append(hops, strings.Split(v, ",")...)
 		}
 	}
-	client := peer
-	for i := len(hops) - 1; i >= 0; i-- {
-		hop := strings.TrimSpace(hops[i])
-		if hop == "" && header == XForwardedFor {
-			continue // "a, , b": an empty list element carries no hop
-		}
-		a, err := domain.ParseClientIP(hop)
-		if err != nil {
-			return netip.Addr{}, err
-		}
-		client = a
-		if !isTrusted(a, trusted) {
-			break
-		}
-	}
-	return client, nil
-}
-
-func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
-	a = a.Unmap().WithZone("")
-	for _, p := range trusted {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
+	return domain.ClientIPBehindProxies(peer, hops, trusted)
 }
 
 // forwardedFor returns the for= value of every element of the Forwarded
-// field lines, in order; an element without for= yields "" (an unknown
-// hop). Values may be tokens or quoted strings ("[2001:db8::1]:4711").
+// field lines, in order; an element without for= yields "unknown", the
+// RFC 7239 name of a hop that cannot be identified. Values may be tokens or quoted strings ("[2001:db8::1]:4711").
 func forwardedFor(lines []string) []string {
 	var hops []string
 	for _, line := range lines {
 		for _, elem := range splitQuoted(line, ',') {
-			hop := ""
+			hop := "unknown"
 			for _, pair := range splitQuoted(elem, ';') {
 				name, value, ok := strings.Cut(pair, "=")
 				if ok && strings.EqualFold(strings.TrimSpace(name), "for") {
-					hop = unquote(strings.TrimSpace(value))
+					if v := unquote(strings.TrimSpace(value)); v != "" {
+						hop = v
+					}
 				}
 			}
 			hops = append(hops, hop)

@@ -127,9 +127,9 @@ func TestHeadersOfARefusal(t *testing.T) {
 
 func TestRetryAfterIsNeverBelowOneSecond(t *testing.T) {
 	d := decision(domain.Throttled, 0, check(domain.DimensionIP, "burst", 20, time.Second, false, 0, 0, 0))
-	assert.Equal(t, int64(1), retryAfter(&d))
+	assert.Equal(t, int64(1), d.RetryAfterSeconds())
 	d.RetryAfter = 1001 * time.Millisecond
-	assert.Equal(t, int64(2), retryAfter(&d))
+	assert.Equal(t, int64(2), d.RetryAfterSeconds())
 }
 
 func TestPolicyWithoutWholeSecondsHasNoWindow(t *testing.T) {

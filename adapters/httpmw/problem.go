@@ -40,23 +40,23 @@ func writeRefusal(w http.ResponseWriter, d *domain.Decision) {
 	switch d.State {
 	case domain.Throttled:
 		setRateLimitHeaders(h, d)
-		h.Set(keyRetryAfter, strconv.FormatInt(retryAfter(d), 10))
+		h.Set(keyRetryAfter, strconv.FormatInt(d.RetryAfterSeconds(), 10))
 		writeProblem(w, problem{
 			Type:             ProblemQuotaExceeded,
 			Title:            "Request cannot be satisfied as assigned quota has been exceeded",
 			Status:           http.StatusTooManyRequests,
-			ViolatedPolicies: violatedPolicies(d),
+			ViolatedPolicies: d.ViolatedPolicies(),
 		})
 	case domain.DeniedDegraded:
 		setRateLimitHeaders(h, d)
-		h.Set(keyRetryAfter, strconv.FormatInt(retryAfter(d), 10))
+		h.Set(keyRetryAfter, strconv.FormatInt(d.RetryAfterSeconds(), 10))
 		p := problem{
 			Type:   ProblemTemporaryReducedCapacity,
 			Title:  "Request cannot be satisfied due to temporary server capacity constraints",
 			Status: http.StatusServiceUnavailable,
 		}
 		if d.Cause == domain.CauseLocalCapExceeded {
-			p.ViolatedPolicies = violatedPolicies(d)
+			p.ViolatedPolicies = d.ViolatedPolicies()
 		}
 		writeProblem(w, p)
 	default:
