@@ -10,8 +10,9 @@ import (
 	"github.com/sluicehq/sluice/domain"
 )
 
-// DefaultTimeout is the deadline of one store call when Config.Timeout is
-// zero: the decision pipeline's budget for the store (seed PD-172).
+// DefaultTimeout is the deadline of one store call made without a
+// deadline of its own when Config.Timeout is zero: the decision pipeline's
+// budget for the store.
 const DefaultTimeout = 50 * time.Millisecond
 
 // DefaultDialTimeout bounds connecting to a node when Config.DialTimeout is
@@ -99,10 +100,15 @@ type Config struct {
 	TLS *tls.Config
 	// Mode is standalone, cluster, or auto-detected (the default).
 	Mode Mode
-	// Timeout is the deadline of each store call (Evaluate, Peek, Reset),
-	// inside the caller's context; 0 means DefaultTimeout.
+	// Timeout bounds a call (Evaluate, Peek, Reset) whose context has no
+	// deadline, i.e. a store called directly; 0 means DefaultTimeout. A
+	// context with a deadline (app.Limiter sets app.Config.StoreTimeout on
+	// every decision) is the call's only deadline: the store adds none, so
+	// the deadline a user configures is the one that holds, longer or
+	// shorter than Timeout.
 	Timeout time.Duration
-	// DialTimeout bounds connecting to a node; 0 means DefaultDialTimeout.
+	// DialTimeout bounds New's connecting to every node and loading the
+	// script (and each later reconnection); 0 means DefaultDialTimeout.
 	DialTimeout time.Duration
 	// Time says whose clock the windows run on: the Redis server's (the
 	// default) or the caller's. See TimeSource.

@@ -17,8 +17,19 @@
 // Time is, by default, the server's clock (Redis TIME, read inside the
 // script), so that instances with skewed clocks count on one clock; with
 // Config.Time set to CallerTime it is the now the caller passes (from its
-// ports.Clock), in whole microseconds. Every key written carries a TTL of the time it stays
-// relevant (at least Config.MinTTL), so an idle key disappears by itself.
+// ports.Clock), in whole microseconds. Every key written carries a TTL of the
+// time it stays relevant (at least Config.MinTTL), so an idle key
+// disappears by itself.
+//
+// One deadline rules a call: the context's, when it has one (app.Limiter
+// gives every decision app.Config.StoreTimeout), and Config.Timeout only
+// for a call made without one. A missed deadline is a store timeout
+// whichever of the two it was (see Store).
+//
+// New returns a store that is ready to serve at full speed: every
+// connection the hot path uses is dialled and the script is loaded on
+// every node, so the first decisions after boot pay for neither under
+// their deadline.
 package redis
 
 import (
@@ -43,11 +54,25 @@ import (
 // Store is a ports.Store on Redis. It is safe for simultaneous use; calls
 // from many goroutines share the client's connections and are pipelined
 // together by rueidis.
+//
+// A call that fails returns an error in one of three classes, which
+// metrics and logs count apart (domain.CodeOf):
+//
+//   - a deadline passed (the context's or, without one, Config.Timeout):
+//     the error wraps domain.ErrStoreTimeout and context.DeadlineExceeded;
+//   - the caller cancelled its context: the error wraps context.Canceled
+//     and nothing else, since giving up is neither a timeout nor an outage;
+//   - Redis could not answer (refused connection, broken connection,
+//     script error): the error wraps domain.ErrStoreUnavailable.
+//
+// A call after Close wraps domain.ErrStoreClosed, a malformed request is a
+// *domain.LimitError, and keys spanning two slots domain.ErrCrossSlot.
 type Store struct {
 	client     rueidis.Client
 	ownClient  bool
 	script     *rueidis.Lua
 	timeout    time.Duration
+	ownTimeout string // says whose deadline passed, in errors
 	serverTime bool
 	minTTL     string // ARGV[5], milliseconds
 	closed     atomic.Bool
@@ -77,12 +102,19 @@ const (
 	replyPerKey  = 4
 )
 
-// New connects to Redis as cfg says and returns a Store.
+// New connects to Redis as cfg says and returns a Store ready to serve:
+// within Config.DialTimeout it dials every pipelined connection of every
+// node (the ones EVALSHA and DEL travel on) and loads the script on each,
+// checking its SHA1 (see LoadScript).
 //
 // In ModeAuto and ModeCluster, New fails (with an error wrapping
-// domain.ErrStoreUnavailable) when no node answers. In ModeStandalone it
-// succeeds even then: calls fail with ErrStoreUnavailable until the server
-// answers, so a service can boot, degraded, during an outage.
+// domain.ErrStoreUnavailable or domain.ErrStoreTimeout) when a node does
+// not answer in time. In ModeStandalone it succeeds even then: calls fail
+// with ErrStoreUnavailable until the server answers, so a service can
+// boot, degraded, during an outage. With WithClient, New loads the script
+// and leaves the client's connections to the caller; an unreachable server
+// is not an error there either. A server that names the script by another
+// SHA1 fails New in every mode (ErrScriptMismatch).
 func New(cfg Config, opts ...Option) (*Store, error) {
 	var o options
 	for _, opt := range opts {
@@ -95,6 +127,7 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 		client:     o.client,
 		script:     rueidis.NewLuaScript(lua.RateLimitV1),
 		timeout:    cfg.timeout(),
+		ownTimeout: fmt.Sprintf("the store's own %s timeout (the call had no deadline)", cfg.timeout()),
 		serverTime: cfg.Time == ServerTime,
 		minTTL:     strconv.FormatInt(cfg.minTTLMillis(), 10),
 	}
@@ -110,41 +143,39 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	}
 	s.noncePrefix = base64.RawURLEncoding.EncodeToString(prefix[:])
 
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.dialTimeout())
+	defer cancel()
 	if s.client != nil {
+		// The caller's client: its connections are the caller's to dial,
+		// the script is ours to load.
+		if err := s.warm(ctx, nil); err != nil && !isOutage(err) {
+			return nil, err
+		}
 		return s, nil
 	}
-	copt, err := cfg.clientOption()
+	client, dials, err := connect(cfg, o.tuneClient)
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range o.tuneClient {
-		f(&copt)
-	}
-	client, err := rueidis.NewClient(copt)
-	if err != nil && !(cfg.Mode == ModeStandalone && client != nil) {
-		if client != nil {
-			client.Close()
-		}
-		return nil, fmt.Errorf("%w: connecting to %v: %w", domain.ErrStoreUnavailable, copt.InitAddress, err)
-	}
-	if cfg.Mode == ModeCluster && client.Mode() != rueidis.ClientModeCluster {
-		client.Close()
-		return nil, &domain.ConfigError{Field: "redis.mode", Reason: "cluster required, but the server is " + string(client.Mode())}
-	}
 	s.client, s.ownClient = client, true
-	// Load the script at boot (seed PD-172 §2.2) so that the first
-	// decisions do not pay for it under their 50 ms deadline. A failure here
-	// is not fatal: EVALSHA falls back to EVAL on NOSCRIPT.
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.dialTimeout())
-	defer cancel()
-	_ = s.LoadScript(ctx)
+	// Dial every pipelined connection and load the script now, so that
+	// no decision pays for either under its deadline. In ModeStandalone a
+	// server that is down is not an error: the store boots, and its calls
+	// fail with ErrStoreUnavailable until the server answers.
+	err = s.warm(ctx, dials)
+	if err != nil && !(cfg.Mode == ModeStandalone && isOutage(err)) {
+		client.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
 // LoadScript sends SCRIPT LOAD of lua.RateLimitV1 to every node and checks
-// that each answers with lua.RateLimitV1SHA1. New calls it once; call it
-// again after a server restart to spare the first decisions a NOSCRIPT
-// round trip.
+// that each answers with lua.RateLimitV1SHA1. New calls it; call it again
+// after a server restart to spare the first decisions a NOSCRIPT round
+// trip. A node that cannot answer gives an error wrapping
+// domain.ErrStoreUnavailable (or domain.ErrStoreTimeout); a node that
+// names the script otherwise, an error wrapping ErrScriptMismatch.
 func (s *Store) LoadScript(ctx context.Context) error {
 	if s.closed.Load() {
 		return domain.ErrStoreClosed
@@ -154,9 +185,9 @@ func (s *Store) LoadScript(ctx context.Context) error {
 		sha, err := node.Do(ctx, node.B().ScriptLoad().Script(lua.RateLimitV1).Build()).ToString()
 		switch {
 		case err != nil:
-			errs = append(errs, fmt.Errorf("%w: SCRIPT LOAD on %s: %w", domain.ErrStoreUnavailable, addr, err))
+			errs = append(errs, fmt.Errorf("SCRIPT LOAD on %s: %w", addr, s.mapErr(ctx, ctx, err, "the caller's deadline")))
 		case sha != lua.RateLimitV1SHA1:
-			errs = append(errs, fmt.Errorf("sluice redis: SCRIPT LOAD on %s returned %s, want %s", addr, sha, lua.RateLimitV1SHA1))
+			errs = append(errs, fmt.Errorf("%w: SCRIPT LOAD on %s returned %s, want %s", ErrScriptMismatch, addr, sha, lua.RateLimitV1SHA1))
 		}
 	}
 	return errors.Join(errs...)
@@ -191,8 +222,8 @@ func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, c
 		return res, fmt.Errorf("%w: limit %d hashes to slot %d, limit 0 to slot %d; give every key of a request the same {hash tag}",
 			domain.ErrCrossSlot, i, Slot(limits[i].Key), Slot(limits[0].Key))
 	}
-	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("sluice redis: %w", err)
+	if ctx.Err() != nil {
+		return res, s.mapErr(ctx, ctx, ctx.Err(), "the caller's deadline")
 	}
 
 	buf := s.bufs.Get().(*callBuf)
@@ -233,17 +264,11 @@ func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, c
 	}
 	buf.keys, buf.args = keys, args
 
-	// A caller whose own deadline already comes first (app.Limiter sets
-	// its store deadline) needs no second timer on the hot path.
-	cctx := ctx
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.timeout {
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
+	cctx, cancel, whose := s.deadline(ctx)
+	defer cancel()
 	resp := s.script.Exec(cctx, s.client, keys, args)
 	if err := resp.Error(); err != nil {
-		return res, s.mapErr(ctx, err, s.timeout)
+		return res, s.mapErr(ctx, cctx, err, whose)
 	}
 	reply, err := resp.ToArray()
 	if err != nil {
@@ -299,13 +324,13 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 	case len(key) > domain.MaxKeyLen:
 		return &domain.LimitError{Index: -1, Field: "key", Reason: fmt.Sprintf("must be at most %d bytes", domain.MaxKeyLen)}
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("sluice redis: %w", err)
+	if ctx.Err() != nil {
+		return s.mapErr(ctx, ctx, ctx.Err(), "the caller's deadline")
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	cctx, cancel, whose := s.deadline(ctx)
 	defer cancel()
 	if err := s.client.Do(cctx, s.client.B().Del().Key(key).Build()).Error(); err != nil {
-		return s.mapErr(ctx, err, s.timeout)
+		return s.mapErr(ctx, cctx, err, whose)
 	}
 	return nil
 }
@@ -331,26 +356,40 @@ func (s *Store) nonce() string {
 	return string(strconv.AppendUint(b[:n], s.nonceCounter.Add(1), 36))
 }
 
-// mapErr turns a client error into the store's error contract. ctx is the
-// caller's context, before the store's own deadline (timeout) was added.
-func (s *Store) mapErr(ctx context.Context, err error, timeout time.Duration) error {
+// deadline returns the context a call runs under and whose deadline it
+// is: ctx itself when it has a deadline, which is then the only one (the
+// caller's budget, e.g. app.Config.StoreTimeout), else ctx bounded by
+// Config.Timeout.
+func (s *Store) deadline(ctx context.Context) (context.Context, context.CancelFunc, string) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}, "the caller's deadline"
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	return cctx, cancel, s.ownTimeout
+}
+
+// mapErr turns a client error into the store's error contract (see
+// Store). ctx is the caller's context, cctx the one the call ran under
+// (ctx, or ctx bounded by the store's own timeout), and whose names
+// cctx's deadline for the message.
+func (s *Store) mapErr(ctx, cctx context.Context, err error, whose string) error {
 	switch {
 	case s.closed.Load():
 		return fmt.Errorf("%w: %w", domain.ErrStoreClosed, err)
-	case ctx.Err() != nil:
-		// The caller gave up (cancelled, or its own deadline passed first).
-		return fmt.Errorf("sluice redis: %w", ctx.Err())
-	case callerDeadlinePassed(ctx):
-		// A socket deadline set from the caller's deadline may fire a hair
-		// before the context's own timer marks it done.
-		return fmt.Errorf("sluice redis: %w", context.DeadlineExceeded)
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Errorf("%w: no answer within %s: %w", domain.ErrStoreTimeout, timeout, err)
+	case errors.Is(ctx.Err(), context.Canceled),
+		cctx.Err() == nil && errors.Is(err, context.Canceled):
+		// The caller gave up: not the store's failure.
+		return fmt.Errorf("sluice redis: %w", context.Canceled)
+	case cctx.Err() != nil, deadlinePassed(cctx),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		// A socket deadline set from the context's may fire a hair before
+		// the context's own timer marks it done: deadlinePassed.
+		return fmt.Errorf("%w: no answer within %s: %w", domain.ErrStoreTimeout, whose, context.DeadlineExceeded)
 	}
 	return fmt.Errorf("%w: %w", domain.ErrStoreUnavailable, err)
 }
 
-func callerDeadlinePassed(ctx context.Context) bool {
+func deadlinePassed(ctx context.Context) bool {
 	dl, ok := ctx.Deadline()
 	return ok && !time.Now().Before(dl)
 }

@@ -438,25 +438,6 @@ func TestTimeoutMapsToErrStoreTimeout(t *testing.T) {
 	}, 5*time.Second, 20*time.Millisecond)
 }
 
-func TestCallerContextWins(t *testing.T) {
-	srv, s := newDedicated(t, redis.Config{Timeout: 2 * time.Second})
-	limits := []domain.Limit{{Key: "cc:{x}", Window: sliding(10, time.Minute), Cost: 1}}
-	_, err := s.Evaluate(t.Context(), time.Now(), limits)
-	require.NoError(t, err)
-	do(t, srv.Addr(), "CLIENT", "PAUSE", "400", "ALL")
-
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Millisecond)
-	defer cancel()
-	_, err = s.Evaluate(ctx, time.Now(), limits)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	assert.NotErrorIs(t, err, domain.ErrStoreTimeout, "the caller's deadline is the caller's, not the store's")
-
-	ctx, cancel = context.WithCancel(t.Context())
-	time.AfterFunc(20*time.Millisecond, cancel)
-	_, err = s.Evaluate(ctx, time.Now(), limits)
-	require.ErrorIs(t, err, context.Canceled)
-}
-
 func TestStoppedServerMapsToErrStoreUnavailable(t *testing.T) {
 	srv, s := newDedicated(t, redis.Config{})
 	ctx := t.Context()
@@ -705,7 +686,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // TestNewLoadsTheScriptOnEveryNode: the script is in every node's cache
-// before the first decision (seed PD-172 §2.2), and LoadScript reloads it
+// before the first decision, and LoadScript reloads it
 // after a flush.
 func TestNewLoadsTheScriptOnEveryNode(t *testing.T) {
 	exists := func(addr string) int64 {
