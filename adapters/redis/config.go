@@ -23,6 +23,40 @@ const DefaultDialTimeout = 2 * time.Second
 // DefaultMinTTL is the floor of every key's TTL when Config.MinTTL is zero.
 const DefaultMinTTL = time.Second
 
+// CompactLogMaxLimit is the largest sliding-log limit stored as a compact
+// string (6 bytes per admitted unit, read and written whole: two commands
+// per key) rather than a ZSET (one member per unit, about 32 bytes, and
+// about 118 above 128 units), unless Config.Log is LogZSet. A larger limit
+// would make every call copy a longer string. See docs/adr/003.
+const CompactLogMaxLimit = 1024
+
+// LogEncoding says how the Redis store keeps sliding logs.
+type LogEncoding uint8
+
+const (
+	// LogCompact, the default, stores the sliding log of a limit up to
+	// CompactLogMaxLimit as a compact string and a larger one as a ZSET.
+	LogCompact LogEncoding = iota
+	// LogZSet stores every sliding log as a ZSET of one member per unit,
+	// the only encoding rate_limit_v1 reads: set it while instances that
+	// run v1 (an older sluice) share the keys, i.e. during a rolling
+	// upgrade from v1 or before a rollback to it. v1 counts a compact log
+	// as empty; v2 reads both encodings whatever this says, and rewrites a
+	// key in the encoding its window wants on its next admitted request.
+	LogZSet
+)
+
+// String returns "compact" or "zset".
+func (e LogEncoding) String() string {
+	switch e {
+	case LogCompact:
+		return "compact"
+	case LogZSet:
+		return "zset"
+	}
+	return fmt.Sprintf("log_encoding(%d)", uint8(e))
+}
+
 // Mode says how the store talks to Redis.
 type Mode uint8
 
@@ -113,6 +147,10 @@ type Config struct {
 	// Time says whose clock the windows run on: the Redis server's (the
 	// default) or the caller's. See TimeSource.
 	Time TimeSource
+	// Log says how sliding logs are stored: compactly up to
+	// CompactLogMaxLimit (the default), or every one as a ZSET. See
+	// LogEncoding.
+	Log LogEncoding
 	// MinTTL is the floor of every key's TTL; 0 means DefaultMinTTL. A key
 	// expires when it stops mattering (a sliding log when its newest unit
 	// leaves the window, a GCRA key at its theoretical arrival time), but
@@ -153,6 +191,8 @@ func (c Config) validate(haveClient bool) error {
 		return &domain.ConfigError{Field: "redis.mode", Reason: "unknown mode"}
 	case c.Time > CallerTime:
 		return &domain.ConfigError{Field: "redis.time", Reason: "unknown time source"}
+	case c.Log > LogZSet:
+		return &domain.ConfigError{Field: "redis.log", Reason: "unknown log encoding"}
 	case c.Mode == ModeCluster && c.DB != 0:
 		return &domain.ConfigError{Field: "redis.db", Reason: "a cluster has database 0 only"}
 	}

@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"testing"
 	"time"
@@ -73,4 +74,22 @@ func do(t testing.TB, addr string, args ...string) any {
 	v, err := redistest.Do(ctx, addr, args...)
 	require.NoError(t, err, "%v", args)
 	return v
+}
+
+// compactUnits decodes a compact sliding log (see lua/rate_limit_v2.lua):
+// "\x01", a big-endian int64 base, then 6-byte big-endian offsets, one per
+// unit. It returns the instants in unix microseconds.
+func compactUnits(t testing.TB, v string) []int64 {
+	t.Helper()
+	require.GreaterOrEqual(t, len(v), 9, "compact log too short")
+	require.Equal(t, byte(1), v[0], "not a compact log")
+	require.Zero(t, (len(v)-9)%6, "compact log of %d bytes", len(v))
+	base := int64(binary.BigEndian.Uint64([]byte(v[1:9])))
+	var units []int64
+	for i := 9; i < len(v); i += 6 {
+		var b [8]byte
+		copy(b[2:], v[i:i+6])
+		units = append(units, base+int64(binary.BigEndian.Uint64(b[:])))
+	}
+	return units
 }

@@ -1,7 +1,7 @@
 // Package redis is the sluice Store on Redis, standalone or Cluster, through
 // github.com/redis/rueidis.
 //
-// Every call is one round trip: the versioned script lua.RateLimitV1
+// Every call is one round trip: the versioned script lua.RateLimitV2
 // checks all the limits of a request and consumes on every key only when
 // every limit admits, atomically, since a script runs alone on its node.
 // The script is sent with EVALSHA; when the server does not know it
@@ -36,13 +36,16 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/redis/rueidis"
 
@@ -74,11 +77,12 @@ type Store struct {
 	timeout    time.Duration
 	ownTimeout string // says whose deadline passed, in errors
 	serverTime bool
-	minTTL     string // ARGV[5], milliseconds
+	minTTL     uint32 // milliseconds
+	compact    uint32 // largest sliding-log limit stored compactly
 	closed     atomic.Bool
 
 	// noncePrefix is random per Store, nonceCounter counts calls: together
-	// they name sliding-log members uniquely across processes and calls.
+	// they name ZSET members uniquely across processes and calls.
 	noncePrefix  string
 	nonceCounter atomic.Uint64
 
@@ -87,19 +91,26 @@ type Store struct {
 
 var _ ports.Store = (*Store)(nil)
 
-// callBuf holds the KEYS and ARGV of one call, reused across calls: rueidis
-// copies them into its command when building it.
+// callBuf holds the KEYS and ARGV of one call, reused across calls so that
+// a decision allocates nothing for them. args are strings over packed and
+// nonce (unsafe.String): a callBuf goes back to the pool only once Redis
+// has answered, never after a call abandoned on its deadline, whose
+// command rueidis may still be writing.
 type callBuf struct {
-	keys []string
-	args []string
+	keys   []string
+	args   [2]string
+	packed []byte
+	nonce  []byte
 }
 
-// Argument layout of lua.RateLimitV1 (see the script's header).
+// Argument and reply layout of lua.RateLimitV2 (see the script's header).
 const (
-	headArgs     = 5
-	argsPerLimit = 4
-	replyHead    = 2
-	replyPerKey  = 4
+	packedHead     = 17 // i8 now, B flags, I4 floor of TTLs, I4 compact bound
+	packedPerLimit = 17 // B algorithm, I4 limit, i8 period, I4 cost
+	flagConsume    = 1
+	flagServerTime = 2
+	replyHead      = 2
+	replyPerKey    = 4
 )
 
 // New connects to Redis as cfg says and returns a Store ready to serve:
@@ -125,16 +136,21 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	}
 	s := &Store{
 		client:     o.client,
-		script:     rueidis.NewLuaScript(lua.RateLimitV1),
+		script:     rueidis.NewLuaScript(lua.RateLimitV2),
 		timeout:    cfg.timeout(),
 		ownTimeout: fmt.Sprintf("the store's own %s timeout (the call had no deadline)", cfg.timeout()),
 		serverTime: cfg.Time == ServerTime,
-		minTTL:     strconv.FormatInt(cfg.minTTLMillis(), 10),
+		minTTL:     uint32(min(cfg.minTTLMillis(), math.MaxUint32)),
+		compact:    CompactLogMaxLimit,
+	}
+	if cfg.Log == LogZSet {
+		s.compact = 0
 	}
 	s.bufs.New = func() any {
 		return &callBuf{
-			keys: make([]string, 0, domain.MaxLimits),
-			args: make([]string, 0, headArgs+argsPerLimit*domain.MaxLimits),
+			keys:   make([]string, 0, domain.MaxLimits),
+			packed: make([]byte, 0, packedHead+packedPerLimit*domain.MaxLimits),
+			nonce:  make([]byte, 0, 32),
 		}
 	}
 	var prefix [8]byte
@@ -170,8 +186,8 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// LoadScript sends SCRIPT LOAD of lua.RateLimitV1 to every node and checks
-// that each answers with lua.RateLimitV1SHA1. New calls it; call it again
+// LoadScript sends SCRIPT LOAD of lua.RateLimitV2 to every node and checks
+// that each answers with lua.RateLimitV2SHA1. New calls it; call it again
 // after a server restart to spare the first decisions a NOSCRIPT round
 // trip. A node that cannot answer gives an error wrapping
 // domain.ErrStoreUnavailable (or domain.ErrStoreTimeout); a node that
@@ -182,12 +198,12 @@ func (s *Store) LoadScript(ctx context.Context) error {
 	}
 	var errs []error
 	for addr, node := range s.client.Nodes() {
-		sha, err := node.Do(ctx, node.B().ScriptLoad().Script(lua.RateLimitV1).Build()).ToString()
+		sha, err := node.Do(ctx, node.B().ScriptLoad().Script(lua.RateLimitV2).Build()).ToString()
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("SCRIPT LOAD on %s: %w", addr, s.mapErr(ctx, ctx, err, "the caller's deadline")))
-		case sha != lua.RateLimitV1SHA1:
-			errs = append(errs, fmt.Errorf("%w: SCRIPT LOAD on %s returned %s, want %s", ErrScriptMismatch, addr, sha, lua.RateLimitV1SHA1))
+		case sha != lua.RateLimitV2SHA1:
+			errs = append(errs, fmt.Errorf("%w: SCRIPT LOAD on %s returned %s, want %s", ErrScriptMismatch, addr, sha, lua.RateLimitV2SHA1))
 		}
 	}
 	return errors.Join(errs...)
@@ -227,46 +243,14 @@ func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, c
 	}
 
 	buf := s.bufs.Get().(*callBuf)
-	defer s.bufs.Put(buf)
-	keys, args := buf.keys[:0], buf.args[:0]
-	if s.serverTime {
-		args = append(args, "0")
-	} else {
-		args = append(args, strconv.FormatInt(now.UnixMicro(), 10))
-	}
-	if consume {
-		args = append(args, "1")
-	} else {
-		args = append(args, "0")
-	}
-	if s.serverTime {
-		args = append(args, "1")
-	} else {
-		args = append(args, "0")
-	}
-	if consume {
-		args = append(args, s.nonce())
-	} else {
-		args = append(args, "-") // Peek adds no member
-	}
-	args = append(args, s.minTTL)
-	for i := range limits {
-		l := &limits[i]
-		keys = append(keys, l.Key)
-		algo := "0"
-		if l.Window.Algorithm == domain.GCRA {
-			algo = "1"
-		}
-		args = append(args, algo,
-			strconv.FormatInt(l.Window.Limit, 10),
-			strconv.FormatInt(l.Window.PeriodMicros(), 10),
-			strconv.FormatInt(l.Cost, 10))
-	}
-	buf.keys, buf.args = keys, args
-
+	s.pack(buf, now, limits, consume)
 	cctx, cancel, whose := s.deadline(ctx)
 	defer cancel()
-	resp := s.script.Exec(cctx, s.client, keys, args)
+	resp := s.script.Exec(cctx, s.client, buf.keys, buf.args[:])
+	if resp.NonRedisError() == nil {
+		// Redis answered: rueidis is done with the arguments.
+		defer s.bufs.Put(buf)
+	}
 	if err := resp.Error(); err != nil {
 		return res, s.mapErr(ctx, cctx, err, whose)
 	}
@@ -278,6 +262,44 @@ func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, c
 		return res, err
 	}
 	return res, nil
+}
+
+// pack writes the script's KEYS and ARGV for limits into buf, without
+// allocating: ARGV[1] is the binary header and limits, ARGV[2] the nonce.
+func (s *Store) pack(buf *callBuf, now time.Time, limits []domain.Limit, consume bool) {
+	var flags byte
+	var us int64
+	if consume {
+		flags |= flagConsume
+	}
+	if s.serverTime {
+		flags |= flagServerTime
+	} else {
+		us = now.UnixMicro()
+	}
+	p := binary.BigEndian.AppendUint64(buf.packed[:0], uint64(us))
+	p = append(p, flags)
+	p = binary.BigEndian.AppendUint32(p, s.minTTL)
+	p = binary.BigEndian.AppendUint32(p, s.compact)
+	keys := buf.keys[:0]
+	for i := range limits {
+		l := &limits[i]
+		keys = append(keys, l.Key)
+		p = append(p, byte(l.Window.Algorithm))
+		// ValidateLimits bounds limit and cost by domain.MaxLimit (2^30).
+		p = binary.BigEndian.AppendUint32(p, uint32(l.Window.Limit))
+		p = binary.BigEndian.AppendUint64(p, uint64(l.Window.PeriodMicros()))
+		p = binary.BigEndian.AppendUint32(p, uint32(l.Cost))
+	}
+	buf.keys, buf.packed = keys, p
+	buf.args[0] = unsafe.String(unsafe.SliceData(p), len(p))
+	buf.args[1] = "-" // Peek adds no member
+	if consume {
+		// A string unique to this call among every call of every store.
+		buf.nonce = append(buf.nonce[:0], s.noncePrefix...)
+		buf.nonce = strconv.AppendUint(buf.nonce, s.nonceCounter.Add(1), 36)
+		buf.args[1] = unsafe.String(unsafe.SliceData(buf.nonce), len(buf.nonce))
+	}
 }
 
 // decode fills res from the script's reply, aggregated by domain.NewResult.
@@ -346,14 +368,6 @@ func (s *Store) Close() error {
 		s.client.Close()
 	}
 	return nil
-}
-
-// nonce returns a string unique to this call among every call of every
-// store: a random per-store prefix and a counter.
-func (s *Store) nonce() string {
-	var b [32]byte
-	n := copy(b[:], s.noncePrefix)
-	return string(strconv.AppendUint(b[:n], s.nonceCounter.Add(1), 36))
 }
 
 // deadline returns the context a call runs under and whose deadline it
