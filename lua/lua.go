@@ -36,4 +36,4 @@ var RateLimitV2 string
 
 // RateLimitV2SHA1 is the SHA1 of RateLimitV2. A test checks it against the
 // embedded text.
-const RateLimitV2SHA1 = "cc3154496af1475002964b6d466f1ab49a9b602e"
+const RateLimitV2SHA1 = "d86e2032734e7f9e74859a205dbbb367c49178a4"

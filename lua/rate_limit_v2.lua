@@ -28,12 +28,12 @@
 -- Encodings. GCRA: a string holding the theoretical arrival time (TAT) in
 -- decimal, as in v1. Sliding log, one record per admitted unit, the window
 -- being (now - period, now]:
---   compact (limit <= the compact bound): a string "\1" .. i8 base .. I6
---     offsets from base, ascending, 6 bytes per unit; read with GET and
---     written whole with SET: two commands per key. base is 2^46 us before
---     the first unit, so offsets cover 2.2 years back and 6.7 years ahead;
---     a unit outside that range rebuilds the string on a new base, or, if
---     the log spans more, stores the key as a ZSET.
+--   compact (limit <= the compact bound): a string "\1" followed by the
+--     instant of each unit (unix microseconds, unsigned, big-endian, 7
+--     bytes), ascending. All the strings of a call are read with one MGET
+--     and each admitted key is written whole with one SET: no ZSET command,
+--     no member string. An instant before 1970 cannot be written so; such
+--     a key is stored as a ZSET.
 --   ZSET (larger limits, or compact bound 0): one member per unit scored
 --     by its instant, as in v1, so v1 and v2 can share such keys.
 --
@@ -52,60 +52,51 @@
 -- request. Every key written gets a TTL of the time it stays relevant
 -- (sliding log: until its newest unit leaves; GCRA: until its TAT),
 -- raised to the floor. Expired units are dropped by every call, as the
--- reference does (a compact string only when some expired).
+-- reference does (a compact string only when some expired, keeping its
+-- TTL). Requires Redis 6.0 (SET KEEPTTL).
 
 local a = ARGV[1]
 local n = #KEYS
 if n < 1 or #ARGV ~= 2 or #a ~= 17 + 17 * n then
   return redis.error_reply('ERR sluice rate_limit_v2: want 1 or more keys, ARGV[1] of 17 + 17 bytes per key, ARGV[2] a nonce')
 end
-local now, flags, minttl, compact = struct.unpack('>i8BI4I4', a)
-local consume = flags % 2 == 1
+local sunpack, pack, sub = struct.unpack, struct.pack, string.sub
+-- Every argument in one call: x[1..4] the header, then 4 per key.
+local x = {sunpack('>i8BI4I4' .. string.rep('BI4i8I4', n), a)}
+local now, flags, minttl, compact = x[1], x[2], x[3], x[4]
 if flags >= 2 then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = t[1] * 1000000 + t[2]
 end
-local nonce = ARGV[2]
+local consume = flags % 2 == 1
 
-local SPAN = 281474976710656 -- 2^48: offsets are I6
-local LEAD = 70368744177664  -- 2^46: base lies this far before a new log
+-- The common paths (GCRA strings, compact logs) are written inline and the
+-- rare ones (ZSETs, changes of encoding) in functions built on first use:
+-- Redis runs this body on every call, and every closure and table it
+-- creates is garbage to collect.
 
--- floor(a / b) for integers a >= 0, b >= 1, corrected for the rounding of
--- the double division.
-local function idiv(x, y)
-  local q = math.floor(x / y)
-  if q * y > x then
-    q = q - 1
-  elseif (q + 1) * y <= x then
-    q = q + 1
-  end
-  return q
-end
+-- Integer division is written (x - x % y) / y: exact for the integers
+-- below 2^52 it meets (a double quotient of such integers is never
+-- rounded up to the next integer), and free of function calls.
 
--- Integers go to Redis as plain decimal strings, never in exponent form.
-local function int(x)
-  return string.format('%.0f', x)
-end
-
--- Microseconds to a PX in milliseconds, rounded up, at least the floor.
-local function ttl(us)
-  local ms = idiv(us + 999, 1000)
-  if ms < minttl then
-    ms = minttl
-  end
-  return int(ms)
-end
-
--- The i-th (0-based) offset of compact string v.
-local function off(v, i)
-  return (struct.unpack('>I6', v, 10 + 6 * i))
-end
-
--- First index in [lo, hi) whose offset exceeds x (hi if none).
+-- First index in [lo, hi) of compact string v whose instant exceeds x (hi
+-- if none): a few steps from lo (expiry drops the oldest units, a few at a
+-- time), then a binary search.
 local function above(v, lo, hi, x)
+  local stop = lo + 4
+  if stop > hi then
+    stop = hi
+  end
+  while lo < stop do
+    if sunpack('>I7', v, 2 + 7 * lo) > x then
+      return lo
+    end
+    lo = lo + 1
+  end
   while lo < hi do
-    local mid = math.floor((lo + hi) / 2)
-    if off(v, mid) > x then
+    local mid = lo + hi
+    mid = (mid - mid % 2) / 2
+    if sunpack('>I7', v, 2 + 7 * mid) > x then
       hi = mid
     else
       lo = mid + 1
@@ -114,75 +105,19 @@ local function above(v, lo, hi, x)
   return lo
 end
 
--- Compact string of the ascending instants t[1..#t], or nil when they span
--- more than the offsets hold.
-local function encode(t)
-  local base = t[1] - LEAD
-  if t[#t] - base >= SPAN then
-    return nil
-  end
-  local parts = {'\1', struct.pack('>i8', base)}
-  for j = 1, #t do
-    parts[j + 2] = struct.pack('>I6', t[j] - base)
-  end
-  return table.concat(parts)
-end
+-- The rare paths: ZSET logs, and keys in another encoding than their
+-- window wants. See the header.
+local rare
+local function rarepaths()
+  local r = {}
+  local nonce = ARGV[2]
 
-local reply = {1, now}
-local allowed = true
--- Per key: what it holds (kind), and what the commit needs.
---   kind: 'none', 'gcra' (TAT string), 'compact', 'zset'
-local kind, val, lo, cnt, newest, trimmed = {}, {}, {}, {}, {}, {}
-local limit, period, cost, algo, tat = {}, {}, {}, {}, {}
-
--- Reads what key i holds into kind and val. A sliding log stored as a
--- ZSET (zset true) is first trimmed, the command that also tells its type.
-local ztrimmed = {}
-local function read(i, key, zset, cut)
-  if zset then
-    if type(redis.pcall('ZREMRANGEBYSCORE', key, '-inf', int(cut))) ~= 'table' then
-      kind[i], ztrimmed[i] = 'zset', true -- or no key: counts the same
-      return
-    end
-  end
-  local v = redis.pcall('GET', key)
-  if type(v) == 'table' then
-    kind[i] = 'zset' -- WRONGTYPE: a ZSET (v1, or a large limit)
-  elseif not v then
-    kind[i] = 'none'
-  elseif string.byte(v, 1) == 1 then
-    kind[i], val[i] = 'compact', v
-  else
-    kind[i], val[i] = 'gcra', tonumber(v) or 0
-  end
-end
-
--- Sliding-log check of key i: units inside the window, the instant of the
--- need-th oldest when refused, and the newest.
-local function check_log(i, key, l, p, c)
-  local cut = now - p
-  local count, first, last = 0, nil, nil
-  if kind[i] == 'compact' then
-    local v = val[i]
-    local m = (#v - 9) / 6
-    local base = struct.unpack('>i8', v, 2)
-    local k = 0
-    if m > 0 and off(v, 0) <= cut - base then
-      k = above(v, 0, m, cut - base)
-    end
-    lo[i], trimmed[i] = k, k > 0
-    count = m - k
-    if count > 0 then
-      last = base + off(v, m - 1)
-      if count + c > l then
-        first = base + off(v, k + count + c - l - 1)
-      end
-    end
-  elseif kind[i] == 'zset' then
-    if not ztrimmed[i] then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', int(cut))
-    end
-    count = redis.call('ZCARD', key)
+  -- Sliding-log check of a ZSET: units inside the window (trimming the
+  -- others), the instant of the need-th oldest when refused, the newest.
+  function r.check_zset(key, l, p, c)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now - p)
+    local count = redis.call('ZCARD', key)
+    local first, last
     if count > 0 then
       last = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
       if count + c > l then
@@ -190,194 +125,260 @@ local function check_log(i, key, l, p, c)
         first = tonumber(redis.call('ZRANGE', key, need - 1, need - 1, 'WITHSCORES')[2])
       end
     end
-  elseif kind[i] == 'gcra' and val[i] > now then
-    -- Full until its TAT: every unit it could hold has left by then.
-    count, first, last = l, val[i] - p, val[i] - p
+    return count, first, last
   end
-  cnt[i], newest[i] = count, last
-  local ok, retry, reset = 1, 0, 0
-  if count + c > l then
-    ok, retry = 0, first + p - now
-  end
-  if last then
-    reset = last + p - now
-  end
-  return ok, math.max(l - count, 0), retry, reset
-end
 
--- The sliding log of a key read as a log, counted for a GCRA window.
-local function log_units(i, key, p)
-  if kind[i] == 'zset' then
-    return redis.call('ZCOUNT', key, '(' .. int(now - p), '+inf')
-  end
-  local v = val[i]
-  local m = (#v - 9) / 6
-  local base = struct.unpack('>i8', v, 2)
-  return m - above(v, 0, m, now - p - base)
-end
-
-for i = 1, n do
-  local key = KEYS[i]
-  local g, l, p, c = struct.unpack('>BI4i8I4', a, 18 + 17 * (i - 1))
-  algo[i], limit[i], period[i], cost[i] = g, l, p, c
-  read(i, key, g == 0 and l > compact, now - p)
-  local ok, remaining, retry, reset = 1, 0, 0, 0
-  if g == 1 then
-    local t = idiv(p, l)
-    if t < 1 then
-      t = 1
-    end
-    local stored = 0
-    if kind[i] == 'gcra' then
-      stored = val[i]
-    elseif kind[i] ~= 'none' then
-      stored = now + log_units(i, key, p) * t
-    end
-    local capacity = t * l
-    local base = math.max(stored, now)
-    local nxt = base + c * t
-    if nxt - now > capacity then
-      ok, retry = 0, nxt - capacity - now
-    end
-    remaining = capacity - (base - now)
-    if remaining > 0 then
-      remaining = idiv(remaining, t)
-    else
-      remaining = 0
-    end
-    reset, tat[i] = base - now, base
-  else
-    ok, remaining, retry, reset = check_log(i, key, l, p, c)
-  end
-  if ok == 0 then
-    allowed = false
-  end
-  local o = 2 + (i - 1) * 4
-  reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = ok, remaining, retry, reset
-end
-
--- The instants of the units key i holds inside its window, ascending.
-local function instants(i, key)
-  local t = {}
-  if kind[i] == 'compact' then
-    local v = val[i]
-    local base = struct.unpack('>i8', v, 2)
-    for j = lo[i], (#v - 9) / 6 - 1 do
-      t[#t + 1] = base + off(v, j)
-    end
-  elseif kind[i] == 'zset' then
-    local z = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-    for j = 2, #z, 2 do
-      t[#t + 1] = tonumber(z[j])
-    end
-  end
-  return t
-end
-
--- Writes key i as a compact string holding its units and c more at now;
--- false when they span more than a compact string holds.
-local function commit_compact(i, key, c, px)
-  local v
-  if kind[i] == 'compact' then
-    local s = val[i]
-    local m = (#s - 9) / 6
-    local d = now - struct.unpack('>i8', s, 2)
-    if d >= 0 and d < SPAN then
-      local at = m
-      if m > lo[i] and off(s, m - 1) > d then
-        at = above(s, lo[i], m, d) -- the clock went back: keep the order
-      end
-      v = string.sub(s, 1, 9) .. string.sub(s, 10 + 6 * lo[i], 9 + 6 * at) ..
-        string.rep(struct.pack('>I6', d), c) .. string.sub(s, 10 + 6 * at)
-    end
-  elseif kind[i] ~= 'zset' then
-    v = '\1' .. struct.pack('>i8', now - LEAD) .. string.rep(struct.pack('>I6', LEAD), c)
-  end
-  if not v then
-    local t = instants(i, key)
-    local at = #t + 1
-    while at > 1 and t[at - 1] > now do
-      at = at - 1
-    end
-    for _ = 1, c do
-      table.insert(t, at, now)
-    end
-    v = encode(t)
+  -- The units a sliding log holds inside a GCRA window of period p.
+  function r.log_units(key, v, p)
     if not v then
-      return false
+      return redis.call('ZCOUNT', key, '(' .. string.format('%.0f', now - p), '+inf')
     end
+    local m = (#v - 1) / 7
+    return m - above(v, 0, m, now - p)
   end
-  redis.call('SET', key, v, 'PX', px)
-  return true
-end
 
--- Writes key i as a ZSET holding its units and c more at now.
-local function commit_zset(i, key, c, px)
-  if kind[i] == 'compact' or kind[i] == 'gcra' then
-    local t = instants(i, key)
-    redis.call('DEL', key)
+  -- The instants of the units a log holds from index lo (compact string
+  -- v) or inside its window (ZSET, v nil), ascending.
+  function r.instants(key, v, lo)
+    local t = {}
+    if v then
+      for j = lo, (#v - 1) / 7 - 1 do
+        t[#t + 1] = sunpack('>I7', v, 2 + 7 * j)
+      end
+    else
+      local z = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+      for j = 2, #z, 2 do
+        t[#t + 1] = tonumber(z[j])
+      end
+    end
+    return t
+  end
+
+  -- A compact string holding instants t and c units at now; nil when an
+  -- instant is before 1970.
+  function r.encode(t, c)
+    if now < 0 or (t[1] and t[1] < 0) then
+      return nil
+    end
+    local parts, placed = {'\1'}, false
+    for j = 1, #t do
+      if not placed and t[j] > now then
+        parts[#parts + 1], placed = string.rep(pack('>I7', now), c), true
+      end
+      parts[#parts + 1] = pack('>I7', t[j])
+    end
+    if not placed then
+      parts[#parts + 1] = string.rep(pack('>I7', now), c)
+    end
+    return table.concat(parts)
+  end
+
+  -- Writes key as a ZSET holding instants t and c units at now.
+  function r.write_zset(key, t, c, px, rewrite)
+    if rewrite then
+      redis.call('DEL', key)
+    end
     for j = 1, #t, 500 do
       local args = {}
       for k = j, math.min(j + 499, #t) do
-        args[#args + 1] = int(t[k])
+        args[#args + 1] = t[k]
         args[#args + 1] = nonce .. ':c' .. k
       end
       redis.call('ZADD', key, unpack(args))
     end
-  end
-  local snow = int(now)
-  for u = 1, c, 500 do
-    local args = {}
-    for m = u, math.min(u + 499, c) do
-      args[#args + 1] = snow
-      args[#args + 1] = nonce .. ':' .. m
+    for u = 1, c, 500 do
+      local args = {}
+      for m = u, math.min(u + 499, c) do
+        args[#args + 1] = now
+        args[#args + 1] = nonce .. ':' .. m
+      end
+      redis.call('ZADD', key, unpack(args))
     end
-    redis.call('ZADD', key, unpack(args))
+    redis.call('PEXPIRE', key, px)
   end
-  redis.call('PEXPIRE', key, px)
+  return r
+end
+
+-- Per key, 6 slots of st from 6(i-1): what the key holds (0 nothing, 1 a
+-- GCRA TAT, 2 a compact log, 3 a ZSET), its TAT or compact string, the
+-- first unit inside the window (compact), the units inside the window,
+-- the newest instant (or false), and the TAT a GCRA window starts from.
+-- Tables are built at their size: growing them costs rehashes.
+local NONE, GCRA, COMPACT, ZSET = 0, 1, 2, 3
+local Z = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+local st = {unpack(Z, 1, 6 * n)}
+local reply = {1, now, unpack(Z, 1, 4 * n)}
+local allowed = true
+-- One MGET reads every string; a key it finds empty may hold a ZSET.
+local got = redis.call('MGET', unpack(KEYS))
+for i = 1, n do
+  local key, v, b, o, y = KEYS[i], got[i], 6 * (i - 1), 4 * i - 2, 4 * i
+  local g, l, p, c = x[y + 1], x[y + 2], x[y + 3], x[y + 4]
+  local kind = NONE
+  if v then
+    if string.byte(v, 1) == 1 then
+      kind = COMPACT
+    else
+      kind, v = GCRA, v + 0
+    end
+  elseif (g == 0 and l > compact) or redis.call('EXISTS', key) == 1 then
+    kind = ZSET -- or, for a large sliding log, no key: counts the same
+  end
+  local ok, remaining, retry, reset = 1, 0, 0, 0
+  local lo, count, last, start = 0, 0, false, now
+  if g == 1 then
+    local t = (p - p % l) / l
+    if t < 1 then
+      t = 1
+    end
+    if kind == GCRA then
+      if v > now then
+        start = v
+      end
+    elseif kind ~= NONE then
+      rare = rare or rarepaths()
+      start = now + rare.log_units(key, kind == COMPACT and v, p) * t
+    end
+    local capacity = t * l
+    if start + c * t - now > capacity then
+      ok, retry = 0, start + c * t - capacity - now
+    end
+    remaining = capacity - (start - now)
+    if remaining > 0 then
+      remaining = (remaining - remaining % t) / t
+    else
+      remaining = 0
+    end
+    reset = start - now
+  else
+    local first
+    if kind == COMPACT then
+      local m = (#v - 1) / 7
+      if m > 0 and sunpack('>I7', v, 2) <= now - p then
+        lo = above(v, 1, m, now - p)
+      end
+      count = m - lo
+      if count > 0 then
+        last = sunpack('>I7', v, 7 * m - 5)
+        if count + c > l then
+          first = sunpack('>I7', v, 2 + 7 * (lo + count + c - l - 1))
+        end
+      end
+    elseif kind == ZSET then
+      rare = rare or rarepaths()
+      count, first, last = rare.check_zset(key, l, p, c)
+      last = last or false
+    elseif kind == GCRA and v > now then
+      -- Full until its TAT: every unit it could hold has left by then.
+      count, first, last = l, v - p, v - p
+    end
+    if count + c > l then
+      ok, retry = 0, first + p - now
+    end
+    if last then
+      reset = last + p - now
+    end
+    remaining = l - count
+    if remaining < 0 then
+      remaining = 0
+    end
+  end
+  if ok == 0 then
+    allowed = false
+  end
+  st[b + 1], st[b + 2], st[b + 3], st[b + 4], st[b + 5], st[b + 6] = kind, v, lo, count, last, start
+  reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = ok, remaining, retry, reset
 end
 
 if not allowed then
   reply[1] = 0
 end
+local rec -- the compact record of one unit at now
 for i = 1, n do
-  local key = KEYS[i]
-  local l, p, c = limit[i], period[i], cost[i]
-  local o = 2 + (i - 1) * 4
+  local key, b = KEYS[i], 6 * (i - 1)
+  local kind, v, lo, count, last = st[b + 1], st[b + 2], st[b + 3], st[b + 4], st[b + 5]
   if allowed and consume then
-    if algo[i] == 1 then
-      local t = idiv(p, l)
+    local o, y = 4 * i - 2, 4 * i
+    local g, l, p, c = x[y + 1], x[y + 2], x[y + 3], x[y + 4]
+    local px
+    if g == 1 then
+      local t = (p - p % l) / l
       if t < 1 then
         t = 1
       end
-      local new = tat[i] + c * t
-      redis.call('SET', key, int(new), 'PX', ttl(new - now))
+      local new = st[b + 6] + c * t
+      px = new - now + 999
+      px = (px - px % 1000) / 1000
+      if px < minttl then
+        px = minttl
+      end
+      -- Numbers below 2^53 reach Redis as plain integers.
+      redis.call('SET', key, new, 'PX', px)
       local remaining = t * l - (new - now)
       if remaining > 0 then
-        remaining = idiv(remaining, t)
+        remaining = (remaining - remaining % t) / t
       else
         remaining = 0
       end
       reply[o + 2], reply[o + 4] = remaining, new - now
     else
       local top = now
-      if newest[i] and newest[i] > now then
-        top = newest[i]
+      if last and last > now then
+        top = last
       end
-      local reset = top + p - now
-      local px = ttl(reset)
-      if l > compact or not commit_compact(i, key, c, px) then
-        commit_zset(i, key, c, px)
+      px = top + p - now + 999
+      px = (px - px % 1000) / 1000
+      if px < minttl then
+        px = minttl
       end
-      reply[o + 2], reply[o + 4] = math.max(l - cnt[i] - c, 0), reset
+      local w
+      if l <= compact and now >= 0 then
+        if kind == COMPACT and top == now then
+          -- The common case: append c units at now after the kept ones.
+          if not rec then
+            rec = pack('>I7', now)
+          end
+          local u = rec
+          if c > 1 then
+            u = string.rep(rec, c)
+          end
+          if lo == 0 then
+            w = v .. u
+          else
+            w = '\1' .. sub(v, 2 + 7 * lo) .. u
+          end
+        elseif kind == NONE or kind == GCRA then
+          w = '\1' .. string.rep(pack('>I7', now), c)
+        else
+          rare = rare or rarepaths()
+          w = rare.encode(rare.instants(key, kind == COMPACT and v, lo), c)
+        end
+      end
+      if w then
+        redis.call('SET', key, w, 'PX', px)
+      else
+        rare = rare or rarepaths()
+        local t, rewrite = {}, kind == GCRA
+        if kind == COMPACT then
+          t, rewrite = rare.instants(key, v, lo), true
+        end
+        rare.write_zset(key, t, c, px, rewrite)
+      end
+      local remaining = l - count - c
+      if remaining < 0 then
+        remaining = 0
+      end
+      reply[o + 2], reply[o + 4] = remaining, top + p - now
     end
-  elseif trimmed[i] then
+  elseif kind == COMPACT and lo > 0 then
     -- Checked only: drop the expired units, as the reference does.
-    local v = val[i]
-    if cnt[i] == 0 then
+    if count == 0 then
       redis.call('DEL', key)
     else
-      redis.call('SET', key, string.sub(v, 1, 9) .. string.sub(v, 10 + 6 * lo[i]), 'KEEPTTL')
+      redis.call('SET', key, '\1' .. sub(v, 2 + 7 * lo), 'KEEPTTL')
     end
   end
 end

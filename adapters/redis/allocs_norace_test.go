@@ -24,7 +24,7 @@ func TestEvaluateAllocs(t *testing.T) {
 	defer cancel()
 	perCall := map[int]float64{}
 	for _, n := range []int{1, 9, domain.MaxLimits} {
-		limits := benchLimits(tag(t), n)
+		limits := benchLimits(tag(t), shape{n: n})
 		perCall[n] = testing.AllocsPerRun(200, func() {
 			r, err := s.Evaluate(ctx, time.Now(), limits)
 			if err != nil || !r.Allowed {

@@ -77,19 +77,18 @@ func do(t testing.TB, addr string, args ...string) any {
 }
 
 // compactUnits decodes a compact sliding log (see lua/rate_limit_v2.lua):
-// "\x01", a big-endian int64 base, then 6-byte big-endian offsets, one per
-// unit. It returns the instants in unix microseconds.
+// "\x01", then the instant of each unit, unix microseconds in 7 bytes,
+// big-endian.
 func compactUnits(t testing.TB, v string) []int64 {
 	t.Helper()
-	require.GreaterOrEqual(t, len(v), 9, "compact log too short")
+	require.NotEmpty(t, v)
 	require.Equal(t, byte(1), v[0], "not a compact log")
-	require.Zero(t, (len(v)-9)%6, "compact log of %d bytes", len(v))
-	base := int64(binary.BigEndian.Uint64([]byte(v[1:9])))
+	require.Zero(t, (len(v)-1)%7, "compact log of %d bytes", len(v))
 	var units []int64
-	for i := 9; i < len(v); i += 6 {
+	for i := 1; i < len(v); i += 7 {
 		var b [8]byte
-		copy(b[2:], v[i:i+6])
-		units = append(units, base+int64(binary.BigEndian.Uint64(b[:])))
+		copy(b[1:], v[i:i+7])
+		units = append(units, int64(binary.BigEndian.Uint64(b[:])))
 	}
 	return units
 }
