@@ -26,14 +26,15 @@ const RateLimitV1SHA1 = "d01ddec6d4b15a44c11ddab09282ee17356558b4"
 
 // RateLimitV2 is rate_limit_v2.lua, the script the Redis store runs: the
 // same all-or-nothing check as v1, with its arguments packed in one binary
-// string, no per-unit member strings, and sliding logs of small limits
-// stored compactly (6 bytes per unit, read and written whole: two commands
-// per key). It reads every key v1 writes. Its header documents the
-// KEYS/ARGV layout, the reply and the encodings.
+// string, and the sliding logs of small limits stored compactly (7 bytes
+// per unit in one string: one MGET reads every key of a call, one SET
+// writes each admitted key). It reads every key v1 writes. Its header
+// documents the KEYS/ARGV layout, the reply and the encodings; see also
+// docs/adr/003-sliding-log-versus-gcra.md.
 //
 //go:embed rate_limit_v2.lua
 var RateLimitV2 string
 
 // RateLimitV2SHA1 is the SHA1 of RateLimitV2. A test checks it against the
 // embedded text.
-const RateLimitV2SHA1 = "d86e2032734e7f9e74859a205dbbb367c49178a4"
+const RateLimitV2SHA1 = "982be2a579b642d3de2febeea7008ebca8d1458e"

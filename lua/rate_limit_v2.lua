@@ -61,9 +61,7 @@ if n < 1 or #ARGV ~= 2 or #a ~= 17 + 17 * n then
   return redis.error_reply('ERR sluice rate_limit_v2: want 1 or more keys, ARGV[1] of 17 + 17 bytes per key, ARGV[2] a nonce')
 end
 local sunpack, pack, sub = struct.unpack, struct.pack, string.sub
--- Every argument in one call: x[1..4] the header, then 4 per key.
-local x = {sunpack('>i8BI4I4' .. string.rep('BI4i8I4', n), a)}
-local now, flags, minttl, compact = x[1], x[2], x[3], x[4]
+local now, flags, minttl, compact = sunpack('>i8BI4I4', a)
 if flags >= 2 then
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
@@ -199,24 +197,20 @@ local function rarepaths()
   return r
 end
 
--- Per key, 6 slots of st from 6(i-1): what the key holds (0 nothing, 1 a
--- GCRA TAT, 2 a compact log, 3 a ZSET), its TAT or compact string, the
+-- Per key, 10 slots of st from 10(i-1): what the key holds (0 nothing, 1
+-- a GCRA TAT, 2 a compact log, 3 a ZSET), its TAT or compact string, the
 -- first unit inside the window (compact), the units inside the window,
--- the newest instant (or false), and the TAT a GCRA window starts from.
--- Tables are built at their size: growing them costs rehashes.
+-- the newest instant (or false), the TAT a GCRA window starts from, and
+-- the key's algorithm, limit, period and cost.
 local NONE, GCRA, COMPACT, ZSET = 0, 1, 2, 3
-local Z = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-  0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-local st = {unpack(Z, 1, 6 * n)}
-local reply = {1, now, unpack(Z, 1, 4 * n)}
+local st = {}
+local reply = {1, now}
 local allowed = true
 -- One MGET reads every string; a key it finds empty may hold a ZSET.
 local got = redis.call('MGET', unpack(KEYS))
 for i = 1, n do
-  local key, v, b, o, y = KEYS[i], got[i], 6 * (i - 1), 4 * i - 2, 4 * i
-  local g, l, p, c = x[y + 1], x[y + 2], x[y + 3], x[y + 4]
+  local key, v, b, o = KEYS[i], got[i], 10 * (i - 1), 4 * i - 2
+  local g, l, p, c = sunpack('>BI4i8I4', a, 1 + 17 * i)
   local kind = NONE
   if v then
     if string.byte(v, 1) == 1 then
@@ -289,7 +283,8 @@ for i = 1, n do
   if ok == 0 then
     allowed = false
   end
-  st[b + 1], st[b + 2], st[b + 3], st[b + 4], st[b + 5], st[b + 6] = kind, v, lo, count, last, start
+  st[b + 1], st[b + 2], st[b + 3], st[b + 4], st[b + 5] = kind, v, lo, count, last
+  st[b + 6], st[b + 7], st[b + 8], st[b + 9], st[b + 10] = start, g, l, p, c
   reply[o + 1], reply[o + 2], reply[o + 3], reply[o + 4] = ok, remaining, retry, reset
 end
 
@@ -298,11 +293,11 @@ if not allowed then
 end
 local rec -- the compact record of one unit at now
 for i = 1, n do
-  local key, b = KEYS[i], 6 * (i - 1)
+  local key, b = KEYS[i], 10 * (i - 1)
   local kind, v, lo, count, last = st[b + 1], st[b + 2], st[b + 3], st[b + 4], st[b + 5]
   if allowed and consume then
-    local o, y = 4 * i - 2, 4 * i
-    local g, l, p, c = x[y + 1], x[y + 2], x[y + 3], x[y + 4]
+    local o = 4 * i - 2
+    local g, l, p, c = st[b + 7], st[b + 8], st[b + 9], st[b + 10]
     local px
     if g == 1 then
       local t = (p - p % l) / l

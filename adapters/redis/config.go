@@ -291,7 +291,9 @@ type options struct {
 // connecting itself. The client stays the caller's: Store.Close does not
 // close it. Config's address, credential and mode fields are then ignored.
 // Build the client with DisableCache and AlwaysPipelining, as New does, so
-// that cancellation is prompt and a missed deadline keeps the connection.
+// that cancellation is prompt and a missed deadline keeps the connection
+// (and with PipelineMultiplex -1, one connection per node, New's choice
+// for throughput).
 func WithClient(c rueidis.Client) Option {
 	return func(o *options) { o.client = c }
 }

@@ -9,6 +9,13 @@
 // with EVAL, which also caches it, so a flushed script cache costs one
 // larger request and never a failed decision.
 //
+// A sliding log of a limit up to CompactLogMaxLimit is one string of 7
+// bytes per admitted unit; a larger one is a ZSET, as rate_limit_v1 kept
+// every log. v1 counts a compact log as empty: while instances of an older
+// sluice share the keys (a rolling upgrade, or before a rollback), set
+// Config.Log to LogZSet. docs/adr/003-sliding-log-versus-gcra.md says why
+// and what it costs.
+//
 // All keys of one call must hash to one Redis Cluster slot (sluice keys
 // share a {hash tag}); a request whose keys do not is refused with
 // domain.ErrCrossSlot before anything is sent, on a standalone server too,

@@ -674,6 +674,7 @@ func TestConfigValidate(t *testing.T) {
 		{"SubMillisecondMinTTL", redis.Config{Addrs: []string{"a:1"}, MinTTL: time.Microsecond}, "redis.min_ttl"},
 		{"ClusterDB", redis.Config{Addrs: []string{"a:1"}, Mode: redis.ModeCluster, DB: 1}, "redis.db"},
 		{"UnknownMode", redis.Config{Addrs: []string{"a:1"}, Mode: 9}, "redis.mode"},
+		{"UnknownLogEncoding", redis.Config{Addrs: []string{"a:1"}, Log: 7}, "redis.log"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
