@@ -12,7 +12,7 @@ import (
 
 // DefaultTimeout is the deadline of one store call made without a
 // deadline of its own when Config.Timeout is zero: the decision pipeline's
-// budget for the store.
+// budget for the store (docs/adr/005).
 const DefaultTimeout = 50 * time.Millisecond
 
 // DefaultDialTimeout bounds connecting to a node when Config.DialTimeout is
