@@ -15,10 +15,11 @@ import (
 	"github.com/sluicehq/sluice/ports"
 )
 
-// DefaultProbeTimeout bounds one probe of every node when the caller's
-// context has no earlier deadline. It is longer than a decision's budget:
-// INFO is heavier than the script, and a probe that gives up too early would
-// flap the health machine.
+// DefaultProbeTimeout bounds one probe of every node (and the memory
+// check) when the caller's context has no deadline; a context with one is
+// the only deadline, as for every store call. It is longer than a
+// decision's budget: INFO is heavier than the script, and a probe that
+// gives up too early would flap the health machine.
 const DefaultProbeTimeout = time.Second
 
 // Prober checks the health of a Store's Redis: PING and INFO memory on
@@ -61,7 +62,7 @@ func (p *Prober) Memory(ctx context.Context) ([]NodeMemory, error) {
 	if s.closed.Load() {
 		return nil, domain.ErrStoreClosed
 	}
-	cctx, cancel := context.WithTimeout(ctx, DefaultProbeTimeout)
+	cctx, cancel, whose := probeDeadline(ctx)
 	defer cancel()
 	nodes := s.client.Nodes()
 	if len(nodes) == 0 {
@@ -80,7 +81,7 @@ func (p *Prober) Memory(ctx context.Context) ([]NodeMemory, error) {
 			defer mu.Unlock()
 			if err != nil {
 				if first == nil {
-					first = fmt.Errorf("probing %s: %w", addr, s.mapErr(ctx, err, DefaultProbeTimeout))
+					first = fmt.Errorf("probing %s: %w", addr, s.mapErr(ctx, cctx, err, whose))
 				}
 				return
 			}
@@ -93,6 +94,15 @@ func (p *Prober) Memory(ctx context.Context) ([]NodeMemory, error) {
 	}
 	slices.SortFunc(out, func(a, b NodeMemory) int { return strings.Compare(a.Addr, b.Addr) })
 	return out, nil
+}
+
+// probeDeadline is Store.deadline with DefaultProbeTimeout.
+func probeDeadline(ctx context.Context) (context.Context, context.CancelFunc, string) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}, "the caller's deadline"
+	}
+	cctx, cancel := context.WithTimeout(ctx, DefaultProbeTimeout)
+	return cctx, cancel, "the probe's own timeout of " + DefaultProbeTimeout.String()
 }
 
 func probeNode(ctx context.Context, addr string, c rueidis.Client) (NodeMemory, error) {
@@ -177,7 +187,7 @@ func (s *Store) CheckMaxMemory(ctx context.Context, budgetBytes int64) (MemoryRe
 	if s.closed.Load() {
 		return rep, domain.ErrStoreClosed
 	}
-	cctx, cancel := context.WithTimeout(ctx, DefaultProbeTimeout)
+	cctx, cancel, _ := probeDeadline(ctx)
 	defer cancel()
 	nodes := s.client.Nodes()
 	var (
