@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/redis/rueidis"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/sluicehq/sluice/domain"
 )
@@ -128,18 +129,11 @@ func (s *Store) warm(ctx context.Context, dials *dialCounter) error {
 	if len(nodes) == 0 {
 		return fmt.Errorf("%w: no Redis node known", domain.ErrStoreUnavailable)
 	}
-	errs := make(chan error, len(nodes))
-	var wg sync.WaitGroup
+	var g errgroup.Group
 	for addr, node := range nodes {
-		wg.Go(func() { errs <- s.warmNode(ctx, addr, node, dials) })
+		g.Go(func() error { return s.warmNode(ctx, addr, node, dials) })
 	}
-	wg.Wait()
-	close(errs)
-	var all []error
-	for err := range errs {
-		all = append(all, err)
-	}
-	if err := errors.Join(all...); err != nil {
+	if err := g.Wait(); err != nil {
 		return err
 	}
 	return s.LoadScript(ctx)
@@ -157,19 +151,14 @@ func (s *Store) warmNode(ctx context.Context, addr string, node rueidis.Client, 
 		if dials != nil && dials.dialled(addr) >= wires {
 			return nil
 		}
-		errs := make(chan error, 8*wires)
-		var wg sync.WaitGroup
+		var g errgroup.Group
 		for range 8 * wires {
-			wg.Go(func() {
-				errs <- node.Do(ctx, node.B().Arbitrary("PING").Keys("sluice-warm-up").Build()).Error()
+			g.Go(func() error {
+				return node.Do(ctx, node.B().Arbitrary("PING").Keys("sluice-warm-up").Build()).Error()
 			})
 		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			if err != nil {
-				return fmt.Errorf("warming up %s: %w", addr, s.mapErr(ctx, ctx, err, "New's DialTimeout"))
-			}
+		if err := g.Wait(); err != nil {
+			return fmt.Errorf("warming up %s: %w", addr, s.mapErr(ctx, ctx, err, "New's DialTimeout"))
 		}
 	}
 	// Every PING answered: a connection still missing is one rueidis did

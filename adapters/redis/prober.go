@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/sluicehq/sluice/domain"
 	"github.com/sluicehq/sluice/ports"
@@ -69,28 +70,22 @@ func (p *Prober) Memory(ctx context.Context) ([]NodeMemory, error) {
 		return nil, fmt.Errorf("%w: no Redis node known", domain.ErrStoreUnavailable)
 	}
 	out := make([]NodeMemory, 0, len(nodes))
-	var (
-		mu    sync.Mutex
-		wg    sync.WaitGroup
-		first error
-	)
+	var mu sync.Mutex
+	var g errgroup.Group
 	for addr, c := range nodes {
-		wg.Go(func() {
+		g.Go(func() error {
 			m, err := probeNode(cctx, addr, c)
-			mu.Lock()
-			defer mu.Unlock()
 			if err != nil {
-				if first == nil {
-					first = fmt.Errorf("probing %s: %w", addr, s.mapErr(ctx, cctx, err, whose))
-				}
-				return
+				return fmt.Errorf("probing %s: %w", addr, s.mapErr(ctx, cctx, err, whose))
 			}
+			mu.Lock()
 			out = append(out, m)
+			mu.Unlock()
+			return nil
 		})
 	}
-	wg.Wait()
-	if first != nil {
-		return nil, first
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b NodeMemory) int { return strings.Compare(a.Addr, b.Addr) })
 	return out, nil
