@@ -52,7 +52,10 @@ func (d *Decision) RateLimitFields() (f RateLimitFields, ok bool) {
 	}
 	f.Limit, f.Remaining, f.Reset = d.Limit, max(d.Remaining, 0), ceilSeconds(d.ResetAfter)
 	limiting := PolicyName(d.LimitingDimension, d.LimitingWindow)
-	b := make([]byte, 0, 32*(d.Windows.Len()+1))
+	// Both fields are built in one buffer and cut from one string: one
+	// allocation per decision.
+	var buf [1024]byte
+	b := buf[:0]
 	listed := false
 	for _, w := range d.Windows.All() {
 		name := PolicyName(w.Dimension, w.Window.Name)
@@ -64,13 +67,14 @@ func (d *Decision) RateLimitFields() (f RateLimitFields, ok bool) {
 		// whose window list is partial.
 		b = appendPolicy(b, limiting, d.Limit, d.LimitingPeriod)
 	}
-	f.Policy = string(b)
-	b = appendSFString(b[:0], limiting)
+	cut := len(b)
+	b = appendSFString(b, limiting)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, f.Remaining, 10)
 	b = append(b, ";t="...)
 	b = strconv.AppendInt(b, d.effectiveWindow(), 10)
-	f.RateLimit = string(b)
+	s := string(b)
+	f.Policy, f.RateLimit = s[:cut], s[cut:]
 	return f, true
 }
 

@@ -41,9 +41,13 @@ func setRateLimitHeaders(h http.Header, d *domain.Decision) {
 	if !ok {
 		return
 	}
-	h.Set(keyLimit, strconv.FormatInt(f.Limit, 10))
-	h.Set(keyRemaining, strconv.FormatInt(f.Remaining, 10))
-	h.Set(keyReset, strconv.FormatInt(f.Reset, 10))
-	h.Set(keyPolicy, f.Policy)
-	h.Set(keyRateLimit, f.RateLimit)
+	// One backing array for the five one-value slices Header.Set would
+	// allocate one by one.
+	v := [...]string{
+		strconv.FormatInt(f.Limit, 10), strconv.FormatInt(f.Remaining, 10), strconv.FormatInt(f.Reset, 10),
+		f.Policy, f.RateLimit,
+	}
+	vals := v[:]
+	h[keyLimit], h[keyRemaining], h[keyReset] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
+	h[keyPolicy], h[keyRateLimit] = vals[3:4:4], vals[4:5:5]
 }
