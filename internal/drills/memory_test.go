@@ -26,12 +26,16 @@ const (
 
 // TestMemoryFull fills Redis past maxmemory with the default policy,
 // noeviction, under steady traffic. Redis refuses a script's first write
-// that needs memory, unless the script already wrote: rate_limit_v1 trims
-// every sliding log before it checks it (ZREMRANGEBYSCORE, a write that
-// frees memory), so a request with a sliding-log window keeps being
-// counted, exactly, and Redis grows past maxmemory by what it admits; a
-// request whose windows are all GCRA is refused by Redis and decided by
-// the degraded matrix. Nothing admitted is lost.
+// that needs memory, unless the script has already written. The store's
+// script (rate_limit_v2) keeps sliding logs up to
+// redis.CompactLogMaxLimit units as strings, read with MGET and written
+// with SET, which Redis refuses; a larger log is a ZSET, which the script
+// trims first (ZREMRANGEBYSCORE frees memory, so Redis allows it), after
+// which every write of the call is allowed. So a request whose windows
+// are all GCRA or compact logs is refused by Redis and decided by the
+// degraded matrix, while a request with one window above the compact
+// bound keeps being counted, exactly, and Redis grows past maxmemory by
+// what it admits. Nothing admitted is lost.
 func TestMemoryFull(t *testing.T) {
 	r := newRig(t, rigOptions{
 		server:      redistest.Config{MaxMemory: maxMemory, MaxMemoryPolicy: "noeviction"},
@@ -45,7 +49,13 @@ func TestMemoryFull(t *testing.T) {
 	fill(t, r.srv)
 	usedAtFill := usedMemory(t, r.srv)
 	time.Sleep(8 * probeInterval)
-	gcra := decide(t, r.lim, app.Request{Route: routeBursts, ClientIP: rawIP(0), User: "Gcra.Only@Example.COM"})
+	// The breaker may be open (the refused writes are in-band failures):
+	// ask until the store is called.
+	var gcra domain.Decision
+	waitFor(t, settle, "a GCRA-only decision the store was asked", func() bool {
+		gcra = decide(t, r.lim, app.Request{Route: routeBursts, ClientIP: rawIP(0), User: "Gcra.Only@Example.COM"})
+		return gcra.Cause != domain.CauseBreakerOpen
+	})
 	usedFull := usedMemory(t, r.srv)
 	tr.enter(phaseRecovering)
 	unfill(t, r.srv)
@@ -60,8 +70,11 @@ func TestMemoryFull(t *testing.T) {
 	if n := full.count(func(k outcomeKey) bool { return !primaryAnswer(k) && !degradedAnswer(k) }); n > 0 {
 		t.Errorf("%d decisions neither the store's nor the degraded matrix's:%s", n, full.summary())
 	}
-	if full.count(primaryAnswer) == 0 {
-		t.Errorf("no sliding-log request was counted past maxmemory:%s", full.summary())
+	if n := full.count(func(k outcomeKey) bool { return k.family == domain.FamilyAuth && k.state == domain.Allowed }); n > tr.workers {
+		t.Errorf("%d logins (compact sliding logs only) admitted past maxmemory:%s", n, full.summary())
+	}
+	if full.admitted["ledger"] == 0 {
+		t.Errorf("no ledger request (a ZSET window) was counted past maxmemory:%s", full.summary())
 	}
 	all := []int32{phaseSteady, phaseOutage, phaseRecovering}
 	counted := ledgerCount(t, r.lim)
@@ -69,8 +82,9 @@ func TestMemoryFull(t *testing.T) {
 	if counted < adm || counted > adm+maybe {
 		t.Errorf("the ledger holds %d units for %d admitted requests (%d uncertain)", counted, adm, maybe)
 	}
-	figure(t, "memoryfull", "%d decisions past maxmemory (%s): %d counted by Redis, which grew from %d to %d bytes; a GCRA-only request was %s (%s)",
-		full.decisions, maxMemory, full.count(primaryAnswer), usedAtFill, usedFull, gcra.State, gcra.Cause)
+	figure(t, "memoryfull", "%d decisions past maxmemory (%s): %d answered by Redis (%d ledger units counted in a ZSET window), which grew from %d to %d bytes; logins (compact windows) refused: %d; a GCRA-only request was %s (%s)",
+		full.decisions, maxMemory, full.count(primaryAnswer), full.admitted["ledger"], usedAtFill, usedFull,
+		full.count(func(k outcomeKey) bool { return k.family == domain.FamilyAuth && k.cause == domain.CauseStoreUnavailable }), gcra.State, gcra.Cause)
 	reportPhases(t, "memoryfull", tr, map[string]int32{"full": phaseOutage})
 	checkExact(t, r.lim, "Exact.After-Full@Example.COM")
 }
@@ -94,17 +108,25 @@ func usedMemory(t *testing.T, srv *redistest.Server) int64 {
 }
 
 // TestMemoryEvicting fills Redis past maxmemory under an evicting policy:
-// Redis makes room by deleting keys, and sluice's are candidates (under
-// volatile-*, the only ones when other data has no TTL, since every sluice
-// key has one). A user whose counts were evicted gets a fresh quota: up to
-// twice the limit passes in one window. The boot check warns about such a
+// Redis makes room by deleting keys, and sluice's are candidates. A user
+// whose counts were evicted gets a fresh quota: up to twice the limit
+// passes in one window. Under allkeys-lru Redis keeps making room, so
+// counting goes on while it is full. Under volatile-lru only keys with a
+// TTL are candidates: every sluice key has one, so when the other data
+// has none, sluice's keys are evicted first, and once they are gone Redis
+// refuses writes as under noeviction. The boot check warns about either
 // policy.
 func TestMemoryEvicting(t *testing.T) {
-	for _, policy := range []string{"allkeys-lru", "volatile-lru"} {
-		t.Run(policy, func(t *testing.T) {
+	for _, c := range []struct {
+		policy string
+		// refuses: with the sluice keys gone, Redis is still full and
+		// refuses the next write.
+		refuses bool
+	}{{"allkeys-lru", false}, {"volatile-lru", true}} {
+		t.Run(c.policy, func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, rigOptions{
-				server:      redistest.Config{MaxMemory: maxMemory, MaxMemoryPolicy: policy},
+				server:      redistest.Config{MaxMemory: maxMemory, MaxMemoryPolicy: c.policy},
 				mutate:      func(c *app.Config) { c.RedisMemoryBudgetMB = budgetMB },
 				memoryCheck: true,
 				patient:     true,
@@ -121,13 +143,25 @@ func TestMemoryEvicting(t *testing.T) {
 				t.Fatalf("after the eviction %d of %d reports are left; want the whole quota again", left, quotaLimit)
 			}
 			b := newRig(t, rigOptions{srv: r.srv, instance: "drill-2", patient: true})
+			req := app.Request{Route: routeQuota, ClientIP: rawIP(0), User: user}
+			refused := "no"
+			if c.refuses {
+				if d := decide(t, b.lim, req); d.State != domain.DeniedDegraded || d.Cause != domain.CauseStoreUnavailable {
+					t.Fatalf("a write with Redis still full: %s (%s), want it refused by Redis", d.State, d.Cause)
+				}
+				refused = "yes, until memory was freed"
+				if _, err := r.srv.Do(context.Background(), "FLUSHDB"); err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, settle, "instance B HEALTHY", func() bool { return !b.lim.BreakerOpen() })
+			}
 			for i := range quotaLimit {
-				if d := decide(t, b.lim, app.Request{Route: routeQuota, ClientIP: rawIP(0), User: user}); d.State != domain.Allowed {
+				if d := decide(t, b.lim, req); d.State != domain.Allowed {
 					t.Fatalf("report %d after the eviction: %s (%s)", i+1, d.State, d.Cause)
 				}
 			}
-			figure(t, "evicting."+policy, "the spent quota was evicted after %d writes of other data past maxmemory; %d reports then passed in one %d-report window",
-				writes, 2*quotaLimit, quotaLimit)
+			figure(t, "evicting."+c.policy, "the spent quota was evicted after %d writes of other data past maxmemory; %d reports then passed in one %d-report window; later writes refused: %s",
+				writes, 2*quotaLimit, quotaLimit, refused)
 		})
 	}
 }
