@@ -84,7 +84,9 @@ func TestMemoryFull(t *testing.T) {
 	}
 	figure(t, "memoryfull", "%d decisions past maxmemory (%s): %d answered by Redis (%d ledger units counted in a ZSET window), which grew from %d to %d bytes; logins (compact windows) refused: %d; a GCRA-only request was %s (%s)",
 		full.decisions, maxMemory, full.count(primaryAnswer), full.admitted["ledger"], usedAtFill, usedFull,
-		full.count(func(k outcomeKey) bool { return k.family == domain.FamilyAuth && k.cause == domain.CauseStoreUnavailable }), gcra.State, gcra.Cause)
+		full.count(func(k outcomeKey) bool {
+			return k.family == domain.FamilyAuth && k.cause == domain.CauseStoreUnavailable
+		}), gcra.State, gcra.Cause)
 	reportPhases(t, "memoryfull", tr, map[string]int32{"full": phaseOutage})
 	checkExact(t, r.lim, "Exact.After-Full@Example.COM")
 }
