@@ -253,6 +253,8 @@ func (l *probeLog) all() []probeResult {
 type journal struct {
 	probes *probeLog
 	scan   *rawScan
+	// decisions, when set, is handed every decision (set before traffic).
+	decisions func(domain.Decision)
 
 	mu          sync.Mutex
 	transitions []transition
@@ -276,6 +278,9 @@ func (tr transition) String() string {
 }
 
 func (j *journal) RecordDecision(_ context.Context, rec ports.DecisionRecord) error {
+	if j.decisions != nil {
+		j.decisions(rec.Decision)
+	}
 	if j.scan != nil {
 		j.scan.decision(rec)
 	}
