@@ -2,6 +2,7 @@ package drills
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -137,6 +138,8 @@ type rigOptions struct {
 	memoryCheck bool
 	// patient sets the store deadline to patientTimeout.
 	patient bool
+	// recorder, when set, records everything too, beside the journal.
+	recorder ports.Recorder
 }
 
 // newRig starts what opts asks for; everything stops on t.Cleanup, the
@@ -178,6 +181,9 @@ func newRig(t *testing.T, opts rigOptions) *rig {
 	r.probes = &probeLog{p: store.Prober()}
 	r.journal = &journal{probes: r.probes}
 	deps := app.Deps{Store: store, Fallback: r.fallback, Prober: r.probes, Recorder: r.journal}
+	if opts.recorder != nil {
+		deps.Recorder = tee{r.journal, opts.recorder}
+	}
 	if opts.memoryCheck {
 		deps.MemoryCheck = func(ctx context.Context, budget int64) ([]string, error) {
 			rep, err := store.CheckMaxMemory(ctx, budget)
@@ -210,6 +216,39 @@ func newLimiterDeps(t *testing.T, cfg app.Config, deps app.Deps) *app.Limiter {
 		}
 	})
 	return l
+}
+
+// tee is a Recorder that hands every record to each of its recorders.
+type tee []ports.Recorder
+
+func (t tee) RecordDecision(ctx context.Context, rec ports.DecisionRecord) error {
+	var errs []error
+	for _, r := range t {
+		errs = append(errs, r.RecordDecision(ctx, rec))
+	}
+	return errors.Join(errs...)
+}
+
+func (t tee) RecordTransition(ctx context.Context, c domain.StateChange, at time.Time) error {
+	var errs []error
+	for _, r := range t {
+		errs = append(errs, r.RecordTransition(ctx, c, at))
+	}
+	return errors.Join(errs...)
+}
+
+func (t tee) RecordStoreCall(ctx context.Context, call ports.StoreCall) {
+	for _, r := range t {
+		r.RecordStoreCall(ctx, call)
+	}
+}
+
+func (t tee) RecordReset(ctx context.Context, rec ports.ResetRecord) error {
+	var errs []error
+	for _, r := range t {
+		errs = append(errs, r.RecordReset(ctx, rec))
+	}
+	return errors.Join(errs...)
 }
 
 // probeLog is a Prober that keeps the outcome of every probe, in order:

@@ -26,11 +26,16 @@ var (
 
 // TestNoRawIdentifier runs a mixed load (every flow, invalid contexts,
 // the ADR-002 façades, administrative resets, and an outage with its
-// degraded decisions), then scans every key in Redis and everything the
-// Recorder was handed for the application log: no raw identifier, in any
-// of the forms the pipeline sees it, may be there.
+// degraded decisions) recorded by the production recorder (adapters/otel)
+// as well as the drill's, then scans every key in Redis, every exported
+// metric (names, labels and values), every application log line, and the
+// audit log: no raw identifier, in any of the forms the pipeline sees it,
+// may be in any of them, except the raw client ip and the raw route in
+// the audit log, and the ip only on refusals and resets. The Recorder's
+// records are scanned too, as the application log would write them.
 func TestNoRawIdentifier(t *testing.T) {
-	r := newRig(t, rigOptions{})
+	obs := newObservability(t)
+	r := newRig(t, rigOptions{recorder: obs.rec})
 	var ids []string
 	var ips []netip.Addr
 	for i := range users {
@@ -42,7 +47,9 @@ func TestNoRawIdentifier(t *testing.T) {
 	for i := range users + clients {
 		ips = append(ips, rawIP(i))
 	}
-	ids = append(ids, ledgerUser, "Facade.Tenant-Acme", "Facade.User@Example.COM", "Facade.Key-Secret", "Reset.Actor.Name")
+	// The actor of a reset is support staff, audited by name: not a
+	// client identity.
+	ids = append(ids, ledgerUser, "Facade.Tenant-Acme", "Facade.User@Example.COM", "Facade.Key-Secret")
 	r.journal.scan = newRawScan(ids, ips)
 
 	flows := append(standardFlows(), flow{name: "invalid", family: domain.FamilyRead, request: func(w, i int) app.Request {
@@ -112,8 +119,9 @@ func TestNoRawIdentifier(t *testing.T) {
 	for _, w := range r.lim.Warnings() {
 		scan.look("warning", w)
 	}
-	figure(t, "security.scan", "%d decision and reset records and %d Redis keys scanned for %d raw identities in %d forms: none found",
-		scanned, len(keys), len(ids)+len(ips), len(scan.raws))
+	metrics, appLines, auditLines := obs.check(t, scan)
+	figure(t, "security.scan", "%d decision and reset records, %d Redis keys, %d bytes of metrics, %d application log lines and %d audit log lines scanned for %d raw identities in %d forms: none found",
+		scanned, len(keys), metrics, appLines, auditLines, len(ids)+len(ips), len(scan.raws))
 }
 
 // reset resets req once the breaker is closed (a store call that missed
