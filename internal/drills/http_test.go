@@ -133,6 +133,7 @@ func (s *service) send(t *testing.T, req app.Request, extra http.Header) respons
 // header set (names and values, but the date). The causes differ in the
 // records only.
 func TestHTTPInvalidContextIsUniform(t *testing.T) {
+	t.Parallel()
 	r := newRig(t, rigOptions{patient: true})
 	causes := &causeTap{}
 	r.journal.decisions = causes.record
@@ -223,6 +224,7 @@ func (c *causeTap) distinct() []domain.Cause {
 // per-ip burst throttles it after exactly the burst. Behind a trusted
 // proxy, the same headers do choose the address: they would matter.
 func TestHTTPSpoofedForwardedHeader(t *testing.T) {
+	t.Parallel()
 	const burst = 20 // the login profile's ip burst
 	untrusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
 	for _, h := range []httpmw.ProxyHeader{httpmw.XForwardedFor, httpmw.Forwarded} {

@@ -119,6 +119,7 @@ func usedMemory(t *testing.T, srv *redistest.Server) int64 {
 // refuses writes as under noeviction. The boot check warns about either
 // policy.
 func TestMemoryEvicting(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		policy string
 		// refuses: with the sluice keys gone, Redis is still full and

@@ -20,6 +20,7 @@ const fleet = 3
 // outage stays refused until that refusal's retry-after (the refusal
 // cache is consulted before the degraded matrix).
 func TestReplicasOnFallback(t *testing.T) {
+	t.Parallel()
 	for _, action := range []domain.DegradedAction{domain.ActionLocal, domain.ActionDeny} {
 		t.Run(action.String(), func(t *testing.T) {
 			t.Parallel()

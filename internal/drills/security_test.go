@@ -143,6 +143,7 @@ func reset(t *testing.T, lim *app.Limiter, req app.ResetRequest) {
 // limit once per secret; with every limit halved during the roll (the
 // runbook's procedure), the client passes its limit once, not twice.
 func TestSecretRotation(t *testing.T) {
+	t.Parallel()
 	const newSecret = "00112233445566778899aabbccddeeff0123456789abcdef0123456789abcdef"
 	rotated := func(c *app.Config) { c.HMACSecret = newSecret }
 	halve := func(c *app.Config) {
@@ -202,6 +203,7 @@ var credentialCases = []struct {
 // servers that require a password, an ACL user or TLS, and decides
 // through a Limiter on each.
 func TestRedisCredentials(t *testing.T) {
+	t.Parallel()
 	for _, c := range credentialCases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -234,6 +236,7 @@ func TestRedisCredentials(t *testing.T) {
 // may boot during an outage, fails every call the same way and the
 // Limiter degrades.
 func TestRedisCredentialsRefused(t *testing.T) {
+	t.Parallel()
 	const secret = "Drill-Pass-7f3a"
 	srv := redistest.NewServerWith(t, redistest.Config{Password: secret})
 	tlsSrv := redistest.NewServerWith(t, redistest.Config{TLS: true})
@@ -297,6 +300,7 @@ func checkRefusal(t *testing.T, err error, secrets ...string) {
 // ConfigError wraps net/url's parse error, which quotes the whole URL
 // (adapters/redis Config.validate and clientOption).
 func TestMalformedRedisURLKeepsThePasswordOut(t *testing.T) {
+	t.Parallel()
 	const secret = "S3cret-Drill-Pw"
 	for _, u := range []string{
 		"redis://:" + secret + "@127.0.0.1:notaport",

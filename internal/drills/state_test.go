@@ -21,6 +21,7 @@ import (
 // until that refusal's retry-after, even when Redis has forgotten the
 // counts; instance B, which never refused the user, counts afresh.
 func TestRestart(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name        string
 		persistence redistest.Persistence
