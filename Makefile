@@ -33,6 +33,26 @@ test: deps
 	$(GO) test -count=1 -run 'Allocs' -bench . -benchtime 1x -timeout 5m $(PKGS)
 	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
 
+## fuzz-smoke: run every fuzz target for FUZZTIME (default 3s) beyond its
+## committed seed corpus (testdata/fuzz/<FuzzName>/, which plain `go test`
+## runs too). `go test -fuzz` takes one package and one target at a time.
+## A crash is written to the package's testdata/fuzz: commit it, it becomes
+## a regression test.
+FUZZTIME ?= 3s
+FUZZ      = $(GO) test -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 10s
+.PHONY: fuzz-smoke
+fuzz-smoke:
+	$(FUZZ) -fuzz '^FuzzValidateRoute$$' ./domain
+	$(FUZZ) -fuzz '^FuzzNormaliseIdentifier$$' ./domain
+	$(FUZZ) -fuzz '^FuzzParseClientIP$$' ./domain
+	$(FUZZ) -fuzz '^FuzzNormaliseIP$$' ./domain
+	$(FUZZ) -fuzz '^FuzzParseConfig$$' ./app
+	$(FUZZ) -fuzz '^FuzzEvaluate$$' ./app
+	$(FUZZ) -fuzz '^FuzzDecode$$' ./adapters/redis
+	$(FUZZ) -fuzz '^FuzzClientIP$$' ./adapters/httpmw
+	$(FUZZ) -fuzz '^FuzzForwardedRoundTrip$$' ./adapters/httpmw
+	$(FUZZ) -fuzz '^FuzzRefusalHeaders$$' ./adapters/httpmw
+
 ## bench: every benchmark, with allocations, compared within one run.
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 20m $(PKGS)

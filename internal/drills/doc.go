@@ -6,9 +6,9 @@
 //
 // The package has no code outside its tests. Run it with
 //
-//	go test -race -v ./internal/drills/ | grep FIGURE
+//	go test -count=1 -v ./internal/drills/ | grep FIGURE
 //
-// to see the figures. Every drill uses production's 50 ms store deadline
+// to see the figures (docs/runbook.md was written from such a run). Every drill uses production's 50 ms store deadline
 // and a probe interval shortened to 250 ms through the configuration, as
 // an operator would shorten it; the drills about counts rather than time
 // use a 2 s deadline instead, so that a lone slow call on a loaded machine
