@@ -296,9 +296,8 @@ func checkRefusal(t *testing.T, err error, secrets ...string) {
 
 // TestMalformedRedisURLKeepsThePasswordOut: a REDIS_URL that does not
 // parse is refused at boot with a *domain.ConfigError, which goes to the
-// boot log; the password it carries must not. FAILS today: the
-// ConfigError wraps net/url's parse error, which quotes the whole URL
-// (adapters/redis Config.validate and clientOption).
+// boot log; the password it carries must not (the URL parser's own
+// message quotes the whole URL).
 func TestMalformedRedisURLKeepsThePasswordOut(t *testing.T) {
 	t.Parallel()
 	const secret = "S3cret-Drill-Pw"
