@@ -483,11 +483,10 @@ func (ld *httpTraffic) add(p int32, f flow, got response) {
 	fields := got.header.Get(httpmw.HeaderRateLimit) + got.header.Get(httpmw.HeaderPolicy)
 	k.degradedCap = strings.Contains(fields, "degraded_cap")
 	k.primary = (got.status == http.StatusOK || got.status == http.StatusTooManyRequests) && fields != "" && !k.degradedCap
-	if k.status == http.StatusTooManyRequests || k.status == http.StatusServiceUnavailable {
-		// Keep the key set small: the wait of a 429 varies.
-		if k.status == http.StatusTooManyRequests || k.degradedCap {
-			k.retryAfter = ""
-		}
+	if k.status == http.StatusTooManyRequests || k.degradedCap {
+		// Keep the key set small: these waits vary; a fail-closed 503's
+		// Retry-After: 1 is kept, it is asserted.
+		k.retryAfter = ""
 	}
 	ld.mu.Lock()
 	defer ld.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/ports"
 )
 
 // Phases of an outage drill's traffic.
@@ -127,7 +128,7 @@ func trigger(l *probeLog, tr transition) string {
 func callsWhileOpen(j *journal, from, to time.Time) int {
 	n := 0
 	for _, c := range j.storeCalls() {
-		if c.Op == 1 && c.Start.After(from) && c.Start.Before(to) {
+		if c.Op == ports.OpEvaluate && c.Start.After(from) && c.Start.Before(to) {
 			n++
 		}
 	}

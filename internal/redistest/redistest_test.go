@@ -14,7 +14,7 @@ import (
 
 func TestMain(m *testing.M) {
 	lockPortChild() // exits when the binary runs as another test binary's stand-in
-	goleak.VerifyTestMain(stopServersFirst{m}, spawner)
+	goleak.VerifyTestMain(stopServersFirst{m}, expected...)
 }
 
 func TestStandalone(t *testing.T) {
