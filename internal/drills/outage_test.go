@@ -118,7 +118,7 @@ func steady(t *testing.T, r *rig, d time.Duration) {
 // trigger says what opened the breaker: a probe when the last probe
 // before the transition failed, else in-band failures.
 func trigger(l *probeLog, tr transition) string {
-	if all := l.all(); tr.probes > 0 && all[tr.probes-1].err != nil {
+	if all := l.all(); tr.probes > 0 && all[tr.probes-1].failed() {
 		return fmt.Sprintf("opened by probe %d", tr.probes)
 	}
 	return fmt.Sprintf("opened by %d in-band store failures in a row, before a probe", app.DefaultBreakerFailures)

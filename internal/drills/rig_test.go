@@ -259,15 +259,24 @@ type probeLog struct {
 	results []probeResult
 }
 
+// probeResult is one probe: when it ended, its error, and whether it
+// answered later than the store deadline (which the Limiter counts as a
+// failed probe).
 type probeResult struct {
-	end time.Time
-	err error
+	end  time.Time
+	err  error
+	slow bool
 }
 
+// failed reports whether the health machine saw this probe as failed.
+func (p probeResult) failed() bool { return p.err != nil || p.slow }
+
 func (l *probeLog) Probe(ctx context.Context) error {
+	start := time.Now()
 	err := l.p.Probe(ctx)
+	end := time.Now()
 	l.mu.Lock()
-	l.results = append(l.results, probeResult{end: time.Now(), err: err})
+	l.results = append(l.results, probeResult{end: end, err: err, slow: end.Sub(start) > storeTimeout})
 	l.mu.Unlock()
 	return err
 }
@@ -427,7 +436,7 @@ func checkRecovery(t *testing.T, j *journal, from int, clearing int) int {
 	next := from + 1
 	for p := start.probes + 1; p <= len(probes); p++ {
 		ev := domain.ProbeOK
-		if probes[p-1].err != nil {
+		if probes[p-1].failed() {
 			ev = domain.ProbeFailed
 		}
 		var change domain.StateChange
@@ -474,7 +483,7 @@ func replayAll(t *testing.T, j *journal, clearing int) (inBand int) {
 	tripsAfter(0)
 	for p := 1; p <= len(probes); p++ {
 		ev := domain.ProbeOK
-		if probes[p-1].err != nil {
+		if probes[p-1].failed() {
 			ev = domain.ProbeFailed
 		}
 		var change domain.StateChange

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/domain"
 	"github.com/sluicehq/sluice/internal/faultproxy"
 )
@@ -95,13 +94,14 @@ func faultDrill(t *testing.T, name string, fault faultproxy.Fault) {
 	checkExact(t, r.lim, "Exact.After-"+name+"@Example.COM")
 }
 
-// TestSlowerThanDeadline makes Redis slower than the store deadline but
-// fast enough for the probes: every decision misses its deadline while
-// every probe passes. The breaker opens on in-band failures, the probes
-// close it again (RECOVERING, then HEALTHY after three), the next calls
-// fail and open it again: it cycles for as long as the fault lasts, and
-// every decision in between is the degraded matrix's. The drill measures
-// the cycle; docs/runbook.md says what to do about it.
+// TestSlowerThanDeadline makes Redis slower than the store deadline while
+// it still answers every probe within the probe timeout: every decision
+// misses its deadline. The breaker opens on in-band failures, and the
+// probes keep it open, since a probe answered later than the store
+// deadline counts as failed: the breaker does not cycle open and shut for
+// as long as the fault lasts, every decision meanwhile is the degraded
+// matrix's, and once the fault heals the system recovers as after an
+// outage.
 func TestSlowerThanDeadline(t *testing.T) {
 	// Above the deadline; a probe's two round trips (PING, INFO memory)
 	// stay within the probe timeout.
@@ -126,8 +126,7 @@ func TestSlowerThanDeadline(t *testing.T) {
 	inBand := replayAll(t, r.journal, domain.DefaultClearingProbes)
 	during := r.journal.allTransitions()[before:]
 	var opened, closed int
-	var openFor, closedFor time.Duration
-	var openedAt, closedAt time.Time
+	var openedAt time.Time
 	for _, x := range during {
 		if !x.at.Before(healed) {
 			break
@@ -136,32 +135,37 @@ func TestSlowerThanDeadline(t *testing.T) {
 		case domain.Degraded:
 			if x.change.From == domain.Healthy {
 				opened++
-				openedAt = x.at
-				if !closedAt.IsZero() {
-					closedFor += x.at.Sub(closedAt)
+				if openedAt.IsZero() {
+					openedAt = x.at
 				}
 			}
 		case domain.Healthy:
 			closed++
-			openFor += x.at.Sub(openedAt)
-			closedAt = x.at
 		}
 	}
-	if opened < 2 || closed < 1 {
-		t.Errorf("expected the breaker to open, close on the probes and open again; transitions: %v", during)
+	if opened != 1 || closed != 0 {
+		t.Errorf("the breaker should open once and stay open while Redis is slower than the deadline; transitions: %v", during)
 	}
+	slow := 0
 	for _, p := range r.probes.all() {
-		if p.end.After(injected.Add(probeInterval)) && p.end.Before(healed) && p.err != nil {
-			t.Errorf("a probe failed (%v) although Redis answered within the probe timeout", p.err)
-			break
+		if p.end.After(injected.Add(probeInterval)) && p.end.Before(healed) {
+			if p.err != nil {
+				t.Errorf("a probe failed (%v) although Redis answered within the probe timeout", p.err)
+				break
+			}
+			if p.slow {
+				slow++
+			}
 		}
+	}
+	if slow == 0 {
+		t.Error("no probe during the fault answered later than the store deadline")
+	}
+	if !openedAt.IsZero() {
+		figure(t, "slower.open", "opened %s after the delay began, and stayed open for the %s of the fault (%d slow probes, %d in-band trips over the whole run)",
+			ms(openedAt.Sub(injected)), hold, slow, inBand)
 	}
 	checkDegradedPhase(t, "slower than the deadline", tr.tally(phaseOutage), tr.workers)
-	figure(t, "slower.cycles", "%d openings and %d closings in %s (%d in-band trips over the whole run)", opened, closed, hold, inBand)
-	if closed > 0 {
-		figure(t, "slower.cycle", "open %s on average (DEGRADED, then RECOVERING for %d probes at %s), then closed %s: the time %d calls take to miss their deadline",
-			ms(openFor/time.Duration(closed)), domain.DefaultClearingProbes, probeInterval, ms(closedFor/time.Duration(closed)), app.DefaultBreakerFailures)
-	}
 	reportPhases(t, "slower", tr, map[string]int32{"fault": phaseOutage})
 	checkExact(t, r.lim, "Exact.After-Slower@Example.COM")
 }
