@@ -47,7 +47,7 @@ func benchEvaluate(b *testing.B, keys int) {
 				now = now.Add(bw.step)
 				_, _ = st.Evaluate(ctx, now, limits)
 			}
-			st.cache.Wait()
+			st.Wait()
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
@@ -94,7 +94,7 @@ func BenchmarkPeek1Key(b *testing.B) {
 	limits := benchLimits("peek", 1, gcra(10, time.Second))
 	ctx := b.Context()
 	_, _ = st.Evaluate(ctx, t0, limits)
-	st.cache.Wait()
+	st.Wait()
 	_, _ = st.Peek(ctx, t0, limits)
 	b.ReportAllocs()
 	for b.Loop() {
