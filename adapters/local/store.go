@@ -32,12 +32,16 @@ const hwStep = 1000
 // getBufferItems is ristretto's recommended Get buffer size.
 const getBufferItems = 64
 
-// sampleMask makes a decision report one access in eight of a key to
-// ristretto's frequency sketch (the first, the ninth…), which its admission
-// and eviction policy reads. Reporting every access would cost a cache
-// lookup (two hashes and a lock) per key per decision; one in eight keeps
-// the keys' relative frequencies.
-const sampleMask = 7
+// Accesses reported to ristretto's frequency sketch, which its admission
+// and eviction policy reads: the first sampleFirst accesses of a key (what
+// tells a key used a few times from one used once), then one in
+// sampleEvery+1. Reporting every access would cost a cache lookup (two
+// hashes and a lock) per key per decision; sampling keeps the keys'
+// relative frequencies.
+const (
+	sampleFirst = 4
+	sampleEvery = 15 // a power of two, minus one
+)
 
 // Store is the in-process ports.Store. Create it with New; it is safe for
 // simultaneous use by any number of goroutines. See the package doc for its
@@ -144,13 +148,37 @@ func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 // Evaluate checks limits at now and, only if every one admits its cost,
 // consumes the cost on every key (see ports.Store).
 func (s *Store) Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
-	return s.decide(ctx, now, limits, true)
+	if len(limits) == 1 {
+		var st [1]domain.LimitStatus
+		if err := s.decide(ctx, now, limits, true, st[:]); err != nil {
+			return domain.Result{}, err
+		}
+		// NewResult is called here, not in decide: a Result is over 500
+		// bytes, and every function it is returned through copies it.
+		return domain.NewResult(st[:]), nil
+	}
+	var st [domain.MaxLimits]domain.LimitStatus
+	if err := s.decide(ctx, now, limits, true, st[:]); err != nil {
+		return domain.Result{}, err
+	}
+	return domain.NewResult(st[:len(limits)]), nil
 }
 
 // Peek answers as Evaluate would at now, consuming nothing. It creates no
 // state for keys it has not seen.
 func (s *Store) Peek(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
-	return s.decide(ctx, now, limits, false)
+	if len(limits) == 1 {
+		var st [1]domain.LimitStatus
+		if err := s.decide(ctx, now, limits, false, st[:]); err != nil {
+			return domain.Result{}, err
+		}
+		return domain.NewResult(st[:]), nil
+	}
+	var st [domain.MaxLimits]domain.LimitStatus
+	if err := s.decide(ctx, now, limits, false, st[:]); err != nil {
+		return domain.Result{}, err
+	}
+	return domain.NewResult(st[:len(limits)]), nil
 }
 
 // Follow-up work of one entry, done after the decision unlocked it.
@@ -161,28 +189,61 @@ const (
 )
 
 // decide is Evaluate (commit) and Peek: find every entry, lock them all,
-// check every limit, and consume on every key only if all allowed.
-func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit, commit bool) (domain.Result, error) {
+// check every limit, and consume on every key only if all allowed. It
+// writes the statuses, in request order, to st (at least len(limits)
+// long, once the limits are valid).
+func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit, commit bool, st []domain.LimitStatus) error {
 	if err := ctx.Err(); err != nil {
-		return domain.Result{}, fmt.Errorf("local: %w", err)
+		return fmt.Errorf("local: %w", err)
 	}
-	if err := domain.ValidateLimits(limits); err != nil {
-		return domain.Result{}, err
+	if n := len(limits); n <= 1 || n > domain.MaxLimits {
+		if err := domain.ValidateLimits(limits); err != nil {
+			return err
+		}
+	}
+	if len(limits) == 1 {
+		if s.closed.Load() {
+			return errClosed
+		}
+		t := now.UnixMicro()
+		s.observe(t)
+		var err error
+		st[0], err = s.decideOne(&limits[0], t, commit)
+		return err
+	}
+	var b batch
+	for i := range limits {
+		b.hash[i] = s.hash(limits[i].Key)
+	}
+	if err := validateMany(limits, &b.hash); err != nil {
+		return err
 	}
 	if s.closed.Load() {
-		return domain.Result{}, errClosed
+		return errClosed
 	}
 	t := now.UnixMicro()
 	s.observe(t)
-	if len(limits) == 1 {
-		var st [1]domain.LimitStatus
-		var err error
-		if st[0], err = s.decideOne(&limits[0], t, commit); err != nil {
-			return domain.Result{}, err
+	return s.decideMany(&b, limits, t, commit, st)
+}
+
+// validateMany checks a request of several limits as domain.ValidateLimits
+// does, without its comparison of every pair of keys (a string comparison
+// per pair, the dearest part of a nine-key decision after the algorithms):
+// each limit is checked alone by domain.ValidateLimits, and duplicate keys
+// are found by their hashes. A refusal comes from domain.ValidateLimits on
+// the whole request, so that it is the same *domain.LimitError.
+func validateMany(limits []domain.Limit, hash *[domain.MaxLimits]uint64) error {
+	for i := range limits {
+		if domain.ValidateLimits(limits[i:i+1]) != nil {
+			return domain.ValidateLimits(limits)
 		}
-		return domain.NewResult(st[:]), nil
+		for j := range i {
+			if hash[j] == hash[i] && limits[j].Key == limits[i].Key {
+				return domain.ValidateLimits(limits)
+			}
+		}
 	}
-	return s.decideMany(limits, t, commit)
+	return nil
 }
 
 // decideOne is decide for a single limit, the most common request: one
@@ -234,18 +295,16 @@ type batch struct {
 	after [domain.MaxLimits]uint8 // follow-up work once unlocked
 }
 
-// decideMany is decide for several limits, all or nothing.
-func (s *Store) decideMany(limits []domain.Limit, t int64, commit bool) (domain.Result, error) {
+// decideMany is decide for several limits, all or nothing; b holds their
+// hashes.
+func (s *Store) decideMany(b *batch, limits []domain.Limit, t int64, commit bool, st []domain.LimitStatus) error {
 	n := len(limits)
-	var b batch
 	for i := range limits {
-		b.hash[i] = s.hash(limits[i].Key)
 		b.ents[i] = s.load(b.hash[i], limits[i].Key)
 	}
-	if err := s.lockAll(&b, limits, commit); err != nil {
-		return domain.Result{}, err
+	if err := s.lockAll(b, limits, commit); err != nil {
+		return err
 	}
-	var st [domain.MaxLimits]domain.LimitStatus
 	allowed := true
 	for i := range limits {
 		st[i] = check(b.ents[i], &limits[i], t)
@@ -273,7 +332,7 @@ func (s *Store) decideMany(limits []domain.Limit, t int64, commit bool) (domain.
 			}
 		}
 	}
-	return domain.NewResult(st[:n]), nil
+	return nil
 }
 
 // lockAll locks the batch's entries in id order (so that two decisions
@@ -346,7 +405,7 @@ func sortByID(order *[domain.MaxLimits]uint8, ents *[domain.MaxLimits]*entry, n 
 // before it closes ristretto, never closes it under a Get.
 func (s *Store) access(e *entry) bool {
 	e.hits++
-	if e.hits&sampleMask == 1 {
+	if e.hits <= sampleFirst || e.hits&sampleEvery == 0 {
 		s.cache.Get(e.key)
 	}
 	return e.cached
