@@ -376,3 +376,82 @@ func TestSweepsEvictionsAndDecisionsTogether(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseWhileDecisionsRun closes stores while goroutines decide on new
+// and known keys (one, three and with growing logs, so that ristretto
+// admits, refuses and evicts, and the sweeper sweeps and runs Dels), peek
+// and reset them. Every call returns a result or an error wrapping
+// domain.ErrStoreClosed, and every call that starts once Close returned
+// gets the error. Decisions take no store-wide lock: this test, under the
+// race detector, is what shows that Close never closes ristretto under a
+// call.
+func TestCloseWhileDecisionsRun(t *testing.T) {
+	for _, cfg := range []Config{{}, tinyCache, smallCache} {
+		cfg.SweepInterval = 50 * time.Millisecond
+		t.Run(cacheName(cfg), func(t *testing.T) {
+			for range 4 {
+				st, err := New(cfg)
+				require.NoError(t, err)
+				var calls atomic.Int64
+				var closed atomic.Bool
+				start := make(chan struct{})
+				var wg sync.WaitGroup
+				for g := range 8 {
+					wg.Go(func() {
+						<-start
+						w := sliding(1000, time.Hour)
+						for i := 0; ; i++ {
+							after := closed.Load()
+							now := at(time.Duration(i) * time.Millisecond)
+							k := func(j int) string { return fmt.Sprintf("k-%d-%d", g, (i+j)%50+i/500*50) }
+							var err error
+							switch i % 4 {
+							case 0:
+								_, err = st.Evaluate(t.Context(), now, []domain.Limit{lim(k(0), w, 1)})
+							case 1:
+								_, err = st.Evaluate(t.Context(), now, []domain.Limit{lim(k(0), w, 1), lim(k(1), gcra(5, time.Second), 1), lim(k(2), w, 1)})
+							case 2:
+								_, err = st.Peek(t.Context(), now, []domain.Limit{lim(k(3), w, 1), lim(k(4), w, 1)})
+							case 3:
+								err = st.Reset(t.Context(), k(5))
+							}
+							calls.Add(1)
+							if err != nil {
+								assert.ErrorIs(t, err, domain.ErrStoreClosed)
+								return
+							}
+							if !assert.False(t, after, "a call that started after Close returned succeeded") {
+								return
+							}
+						}
+					})
+				}
+				close(start)
+				for calls.Load() < 3000 {
+					time.Sleep(time.Millisecond)
+				}
+				require.NoError(t, st.Close())
+				closed.Store(true)
+				wg.Wait()
+			}
+		})
+	}
+}
+
+// TestWaitLandsOfferedKeys checks Wait: once it returns, every key offered
+// to ristretto (with room for all of them) is in its cache.
+func TestWaitLandsOfferedKeys(t *testing.T) {
+	st := newStore(t, Config{})
+	for i := range 100 {
+		_, err := st.Evaluate(t.Context(), at(0), []domain.Limit{lim(fmt.Sprintf("k%d", i), gcra(5, time.Minute), 1)})
+		require.NoError(t, err)
+	}
+	st.Wait()
+	stats := st.Stats()
+	assert.Equal(t, 100, stats.Cached)
+	assert.Zero(t, stats.Pending)
+	assert.Zero(t, stats.PendingBytes)
+	require.NoError(t, st.Close())
+	st.Wait() // returns at once
+	assert.Zero(t, st.Stats().Entries)
+}
