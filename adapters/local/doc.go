@@ -28,8 +28,8 @@
 // keys it would evict (so a flood of keys used once does not push out the
 // keys in use), and evicts the least used when it needs room. The store
 // reports to the sketch the first four accesses of a key, then one in
-// sixteen (enough for the relative frequencies the policy compares, at a
-// fraction of a cache lookup per decision).
+// thirty-two (enough for the relative frequencies the policy compares, at
+// a fraction of a cache lookup per decision).
 //
 // Ristretto applies Sets later (they wait in its buffer), may refuse them
 // or evict an entry. None of these loses or forks a live key's state: an

@@ -40,7 +40,7 @@ const getBufferItems = 64
 // relative frequencies.
 const (
 	sampleFirst = 4
-	sampleEvery = 15 // a power of two, minus one
+	sampleEvery = 31 // a power of two, minus one
 )
 
 // Store is the in-process ports.Store. Create it with New; it is safe for
