@@ -442,4 +442,15 @@ func TestGrownLogIsCounted(t *testing.T) {
 	r, err := st.Peek(t.Context(), at(time.Second), many)
 	require.NoError(t, err)
 	assert.False(t, r.Allowed, "the grown key lost its state")
+
+	// A grown key leaves ristretto's cache, to be admitted again at its
+	// new size: once the sweeper has taken it out, its next access offers
+	// it again.
+	st.sweep()
+	_, err = st.Peek(t.Context(), at(time.Second), many)
+	require.NoError(t, err)
+	st.Wait()
+	stats := st.Stats()
+	assert.Equal(t, 2, stats.Cached, "%+v", stats)
+	assert.Zero(t, stats.Dropped)
 }
