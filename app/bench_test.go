@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/ports"
 	"github.com/sluicehq/sluice/ports/fakeclock"
+	"github.com/sluicehq/sluice/ports/recordertest"
 )
 
 // benchConfig is testConfig's nine-window read profile with limits high
@@ -24,7 +25,7 @@ func benchConfig() app.Config {
 	for _, ws := range [][]app.WindowConfig{w.IP, w.User, w.APIKey, w.Tenant, w.TenantGlobal} {
 		for i := range ws {
 			ws[i].Limit = 1 << 20
-			if ws[i].Algorithm != "gcra" {
+			if ws[i].Algorithm != domain.GCRA {
 				ws[i].Limit = domain.MaxSlidingLogLimit
 			}
 		}
@@ -59,7 +60,7 @@ func BenchmarkEvaluateNineKeys(b *testing.B) {
 			clock := fakeclock.New(time.Now())
 			cfg := benchConfig()
 			cfg.StoreTimeout = 2 * time.Second
-			l, err := app.New(cfg, app.Deps{Store: primary, Fallback: newLocal(b), Clock: clock, Recorder: &discardRecorder{}})
+			l, err := app.New(cfg, app.Deps{Store: primary, Fallback: newLocal(b), Clock: clock, Recorder: recordertest.Discard{}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -101,15 +102,3 @@ func BenchmarkEvaluateNineKeys(b *testing.B) {
 		})
 	}
 }
-
-// discardRecorder records nothing, so that benchmarks measure the
-// pipeline.
-type discardRecorder struct{}
-
-func (discardRecorder) RecordDecision(context.Context, ports.DecisionRecord) error { return nil }
-func (discardRecorder) RecordTransition(context.Context, domain.StateChange, time.Time) error {
-	return nil
-}
-func (discardRecorder) RecordStoreCall(context.Context, ports.StoreCall) {}
-
-func (discardRecorder) RecordReset(context.Context, ports.ResetRecord) error { return nil }

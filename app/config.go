@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -32,11 +33,26 @@ const (
 	DefaultProbeInterval   = 10 * time.Second
 	DefaultProbeTimeout    = time.Second
 	DefaultBreakerFailures = 5
-	DefaultFacadePeriod    = time.Minute
+	// DefaultPlanCeiling: a plan may raise a window's limit to at most 100
+	// times the profile's own.
+	DefaultPlanCeiling = 100
+	// DefaultRefusalCacheSize is the number of refused key sets an instance
+	// remembers (see Config.RefusalCacheSize).
+	DefaultRefusalCacheSize = 1024
+	// DefaultPseudonymCacheSize is the number of identifier pseudonyms an
+	// instance remembers (see Config.PseudonymCacheSize).
+	DefaultPseudonymCacheSize = 4096
 	// DefaultFacadeProfile is the profile name (route key and metric label)
 	// of decisions taken through the ADR-002 façades.
 	DefaultFacadeProfile = "facade"
+	// DefaultFacadePeriod is the period of the façade's default window on
+	// each layer.
+	DefaultFacadePeriod = time.Minute
 )
+
+// MaxConfigBytes bounds a configuration document: parsing stays linear in
+// a size that can never be large.
+const MaxConfigBytes = 1 << 20
 
 // Sentinel errors wrapped by the *domain.ConfigError of the boot failures
 // that callers and tests tell apart. Every ConfigError also matches
@@ -55,6 +71,9 @@ var (
 	// ErrZeroLimit: a window's limit is below 1, which would refuse every
 	// request.
 	ErrZeroLimit = errors.New("window limit below 1")
+	// ErrPlanRemovesLimit: a plan would leave a window without a limit or
+	// raise it past the plan ceiling (docs/adr/006).
+	ErrPlanRemovesLimit = errors.New("plan outside its bounds")
 )
 
 // Secret is a configuration value that must never be printed: String and
@@ -73,9 +92,9 @@ func (s Secret) String() string {
 func (s Secret) GoString() string { return strconv.Quote(s.String()) }
 
 // Config is the whole configuration of a Limiter: loaded once at boot from
-// YAML plus environment, validated, never reloaded (seed PD-172 forbids hot
-// reload). Zero durations and counts mean the documented defaults; there is
-// no per-identifier allow list or bypass, by design.
+// YAML plus environment, validated, never reloaded (a change is a restart:
+// docs/adr/005). Zero durations and counts mean the documented defaults;
+// there is no per-identifier allow list or bypass, by design.
 type Config struct {
 	// RedisURL is the primary store's address (REDIS_URL). The Limiter does
 	// not dial it: the composition root builds the store from it.
@@ -84,7 +103,12 @@ type Config struct {
 	// It has no default: boot fails without it. Rotating it resets every
 	// counter, since every key changes.
 	HMACSecret Secret `yaml:"hmac_secret"`
-	// StoreTimeout is the deadline of one store call (default 50 ms).
+	// StoreTimeout is the one deadline of a store call (default 50 ms): the
+	// Limiter sets it on the context it hands the store, and the stores
+	// honour the context's deadline (a store's own timeout applies only
+	// when it is called directly). A call that misses it is a store
+	// timeout, and the decision comes from the degraded matrix
+	// (Decision.Degraded).
 	StoreTimeout time.Duration `yaml:"store_timeout" validate:"min=1ms,max=10s"`
 	// ProbeInterval is the health loop's period (default 10 s).
 	ProbeInterval time.Duration `yaml:"probe_interval" validate:"min=1ms,max=1h"`
@@ -108,18 +132,34 @@ type Config struct {
 	// Degraded is the degraded matrix: what each route family does while
 	// the store cannot answer.
 	Degraded DegradedConfig `yaml:"degraded"`
-	// Profiles are the route profiles. Every exposed route needs one.
-	Profiles []ProfileConfig `yaml:"profiles" validate:"required,min=1,unique=Name,dive"`
+	// Profiles are the route profiles. Every exposed route needs one; a
+	// service that only uses the ADR-002 façades needs none.
+	Profiles []ProfileConfig `yaml:"profiles" validate:"max=1000,unique=Name,dive"`
 	// Facade configures the ADR-002 compatibility façades.
 	Facade FacadeConfig `yaml:"facade"`
+	// Plans scale or replace the limits of some profiles for the tenants
+	// and api keys assigned to them (docs/adr/006).
+	Plans []PlanConfig `yaml:"plans" validate:"max=1000,unique=Name,dive"`
+	// PlanCeiling bounds every plan: no plan window may exceed PlanCeiling
+	// times the profile's own limit (default 100).
+	PlanCeiling float64 `yaml:"plan_ceiling" validate:"min=1,max=100000"`
+	// RefusalCacheSize is how many refused key sets the instance remembers
+	// until their retry-after, to refuse them again without a store call
+	// (default 1024; -1 turns the cache off). See Limiter.Evaluate.
+	RefusalCacheSize int `yaml:"refusal_cache_size" validate:"min=-1,max=16777216"`
+	// PseudonymCacheSize is how many identifier pseudonyms the instance
+	// remembers, so that a hot identifier is not hashed on every request
+	// (default 4096; -1 turns the cache off).
+	PseudonymCacheSize int `yaml:"pseudonym_cache_size" validate:"min=-1,max=16777216"`
 }
 
 // DegradedConfig is the degraded matrix: "bypass", "deny" or "local" per
-// route family. Defaults: read bypass, auth deny, costly deny (seed PD-172).
+// route family. Defaults: read bypass, auth deny, costly deny
+// (docs/adr/005).
 type DegradedConfig struct {
-	Read   string `yaml:"read" validate:"omitempty,oneof=bypass deny local"`
-	Auth   string `yaml:"auth" validate:"omitempty,oneof=bypass deny local"`
-	Costly string `yaml:"costly" validate:"omitempty,oneof=bypass deny local"`
+	Read   domain.DegradedAction `yaml:"read"`
+	Auth   domain.DegradedAction `yaml:"auth"`
+	Costly domain.DegradedAction `yaml:"costly"`
 }
 
 // ProfileConfig is one route profile.
@@ -128,14 +168,14 @@ type ProfileConfig struct {
 	// metric label: 1 to 64 of [a-z0-9_-].
 	Name string `yaml:"name" validate:"required,routekey"`
 	// Family is "read", "auth" or "costly".
-	Family string `yaml:"family" validate:"required,oneof=read auth costly"`
+	Family domain.RouteFamily `yaml:"family" validate:"required"`
 	// Routes are the route templates this profile limits: a path template
 	// ("/api/v1/users/{id}" or "/api/v1/users/:id"), optionally preceded by
 	// a method ("GET /api/v1/users/{id}"), or a gRPC full method
 	// ("/pkg.Service/Method").
-	Routes []string `yaml:"routes" validate:"required,min=1,dive,required,max=300"`
+	Routes []string `yaml:"routes" validate:"required,min=1,max=1000,dive,required,max=300"`
 	// Cost is the units one request consumes (default 1).
-	Cost int64 `yaml:"cost" validate:"min=0"`
+	Cost int64 `yaml:"cost" validate:"min=0,windowlimit"`
 	// Windows are the windows per dimension.
 	Windows WindowsConfig `yaml:"windows"`
 }
@@ -157,26 +197,39 @@ type WindowsConfig struct {
 type WindowConfig struct {
 	// Name is "burst", "sustained" or any 1 to 32 of [a-z0-9_-].
 	Name string `yaml:"name" validate:"required,windowname"`
-	// Limit is the units admitted per Period, at least 1.
-	Limit int64 `yaml:"limit" validate:"min=1,max=1073741824"`
-	// Period is the window's length, e.g. "1s", "1m".
-	Period time.Duration `yaml:"period" validate:"required,min=1ms,max=8784h"`
-	// Algorithm is "sliding_log" (default) or "gcra".
-	Algorithm string `yaml:"algorithm" validate:"omitempty,oneof=sliding_log gcra"`
+	// Limit is the units admitted per Period: 1 to domain.MaxLimit
+	// (domain.MaxSlidingLogLimit for a sliding log).
+	Limit int64 `yaml:"limit" validate:"windowlimit"`
+	// Period is the window's length, e.g. "1s", "1m": domain.MinPeriod to
+	// domain.MaxPeriod.
+	Period time.Duration `yaml:"period" validate:"required,windowperiod"`
+	// Algorithm is "sliding_log" (the default) or "gcra".
+	Algorithm domain.Algorithm `yaml:"algorithm"`
 }
 
 // FacadeConfig configures the ADR-002 façades (Allow, AllowDual).
 type FacadeConfig struct {
-	// Period is the window of both layers (default 1 minute).
-	Period time.Duration `yaml:"period" validate:"min=1ms,max=8784h"`
-	// Algorithm is "sliding_log" (default, ADR-002's ZSET semantics) or
-	// "gcra".
-	Algorithm string `yaml:"algorithm" validate:"omitempty,oneof=sliding_log gcra"`
+	// Tenant and User are the windows of the two layers (default: one
+	// window "sustained" of one minute each). The first window of a layer
+	// counts on ADR-002's key (rl:{tenant}, rl:{tenant}:user:{user}); each
+	// further window on that key followed by ":" and its name.
+	Tenant []FacadeWindowConfig `yaml:"tenant" validate:"max=4,unique=Name,dive"`
+	User   []FacadeWindowConfig `yaml:"user" validate:"max=4,unique=Name,dive"`
 	// Family labels façade decisions (default "read").
-	Family string `yaml:"family" validate:"omitempty,oneof=read auth costly"`
+	Family domain.RouteFamily `yaml:"family"`
 	// Degraded is what façade calls do while the store cannot answer
 	// (default "local": ADR-002's LocalDualLimiter).
-	Degraded string `yaml:"degraded" validate:"omitempty,oneof=bypass deny local"`
+	Degraded domain.DegradedAction `yaml:"degraded"`
+}
+
+// FacadeWindowConfig is one window of a façade layer.
+type FacadeWindowConfig struct {
+	Name   string        `yaml:"name" validate:"required,windowname"`
+	Period time.Duration `yaml:"period" validate:"required,windowperiod"`
+	// Limit, when set, fixes the window's limit; zero means the limit the
+	// caller passes (Allow's limit, AllowDual's tenantLimit or userLimit).
+	Limit     int64            `yaml:"limit" validate:"omitempty,windowlimit"`
+	Algorithm domain.Algorithm `yaml:"algorithm"`
 }
 
 // LookupEnv reads an environment variable; os.LookupEnv has this type.
@@ -187,7 +240,12 @@ type LookupEnv func(key string) (string, bool)
 // env means os.LookupEnv), applies defaults and validates. Every failure is
 // a *domain.ConfigError (possibly several, joined) naming the field.
 func LoadConfig(path string, env LookupEnv) (Config, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, &domain.ConfigError{Field: "(file)", Reason: "cannot be read", Err: err}
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
 	if err != nil {
 		return Config{}, &domain.ConfigError{Field: "(file)", Reason: "cannot be read", Err: err}
 	}
@@ -195,28 +253,17 @@ func LoadConfig(path string, env LookupEnv) (Config, error) {
 }
 
 // ParseConfig is LoadConfig on YAML already in memory. Unknown fields are
-// errors (wrapping ErrUnknownField) with their full path.
+// errors (wrapping ErrUnknownField) naming their full path. Parsing is
+// linear in the document's size, which is at most MaxConfigBytes: the YAML
+// decoder refuses cyclic anchors, duplicate keys and excessive aliasing,
+// and nothing here follows an alias.
 func ParseConfig(data []byte, env LookupEnv) (Config, error) {
-	var cfg Config
-	var doc yaml.Node
-	switch err := yaml.Unmarshal(data, &doc); {
-	case err != nil:
-		return Config{}, &domain.ConfigError{Field: "(document)", Reason: "is not valid YAML", Err: err}
-	case len(doc.Content) > 0:
-		if err := checkKnownFields(doc.Content[0], reflect.TypeFor[Config](), ""); err != nil {
-			return Config{}, err
-		}
-		// KnownFields repeats the check above on the decoder's own terms,
-		// so that a gap in the walk can never let a field through.
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-			return Config{}, decodeError(err)
-		}
-		var extra yaml.Node
-		if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-			return Config{}, &domain.ConfigError{Field: "(document)", Reason: "must hold exactly one YAML document", Err: err}
-		}
+	if len(data) > MaxConfigBytes {
+		return Config{}, &domain.ConfigError{Field: "(document)", Reason: fmt.Sprintf("larger than %d bytes", MaxConfigBytes)}
+	}
+	cfg, err := decodeYAML(data)
+	if err != nil {
+		return Config{}, err
 	}
 	cfg.applyEnv(env)
 	cfg = cfg.WithDefaults()
@@ -226,101 +273,29 @@ func ParseConfig(data []byte, env LookupEnv) (Config, error) {
 	return cfg, nil
 }
 
-// decodeError turns a YAML decoding failure (a type mismatch, an unknown
-// field the walk missed) into a ConfigError.
-func decodeError(err error) error {
-	var te *yaml.TypeError
-	if errors.As(err, &te) {
-		for _, msg := range te.Errors {
-			if strings.Contains(msg, "not found in type") {
-				return &domain.ConfigError{Field: "(document)", Reason: "unknown field", Err: fmt.Errorf("%w: %s", ErrUnknownField, msg)}
-			}
-		}
+// decodeYAML decodes exactly one document into a Config, refusing unknown
+// fields.
+func decodeYAML(data []byte) (Config, error) {
+	var cfg Config
+	var doc yaml.Node
+	// A node tree keeps aliases as references, so this first pass is
+	// linear; it serves to name the path of a field the decoder refuses.
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return cfg, &domain.ConfigError{Field: "(document)", Reason: "is not valid YAML", Err: err}
 	}
-	return &domain.ConfigError{Field: "(document)", Reason: "does not decode", Err: err}
-}
-
-// checkKnownFields walks a YAML node against the type it decodes into and
-// reports the first key no field carries, with its full path.
-func checkKnownFields(n *yaml.Node, t reflect.Type, path string) error {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
+	if len(doc.Content) == 0 {
+		return cfg, nil
 	}
-	switch {
-	case n.Kind == yaml.AliasNode && n.Alias != nil:
-		return checkKnownFields(n.Alias, t, path)
-	case n.Kind == yaml.MappingNode && t.Kind() == reflect.Struct:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			key, val := n.Content[i], n.Content[i+1]
-			if key.Value == "<<" {
-				// A merge key brings in another mapping's fields.
-				if err := checkKnownFields(val, t, path); err != nil {
-					return err
-				}
-				continue
-			}
-			f, ok := fieldByYAMLName(t, key.Value)
-			if !ok {
-				return &domain.ConfigError{
-					Field:  joinPath(path, key.Value),
-					Reason: fmt.Sprintf("unknown field (line %d)", key.Line),
-					Err:    ErrUnknownField,
-				}
-			}
-			if err := checkKnownFields(val, f.Type, joinPath(path, key.Value)); err != nil {
-				return err
-			}
-		}
-	case n.Kind == yaml.SequenceNode && t.Kind() == reflect.Slice:
-		for i, el := range n.Content {
-			name := strconv.Itoa(i)
-			if path == "profiles" {
-				name = profileName(el, i)
-			}
-			if err := checkKnownFields(el, t.Elem(), path+"["+name+"]"); err != nil {
-				return err
-			}
-		}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+		return cfg, decodeError(&doc, err)
 	}
-	return nil
-}
-
-// profileName names a profile in a field path: its name when it has a
-// valid one (profiles[login]), else its index, as Validate does.
-func profileName(n *yaml.Node, i int) string {
-	if n.Kind == yaml.MappingNode {
-		for j := 0; j+1 < len(n.Content); j += 2 {
-			if n.Content[j].Value == "name" && n.Content[j+1].Kind == yaml.ScalarNode && routeKeyRE.MatchString(n.Content[j+1].Value) {
-				return n.Content[j+1].Value
-			}
-		}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return cfg, &domain.ConfigError{Field: "(document)", Reason: "must hold exactly one YAML document", Err: err}
 	}
-	return strconv.Itoa(i)
-}
-
-func fieldByYAMLName(t reflect.Type, name string) (reflect.StructField, bool) {
-	for i := range t.NumField() {
-		f := t.Field(i)
-		if f.IsExported() && yamlName(f) == name {
-			return f, true
-		}
-	}
-	return reflect.StructField{}, false
-}
-
-func yamlName(f reflect.StructField) string {
-	tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-	if tag == "" {
-		return strings.ToLower(f.Name)
-	}
-	return tag
-}
-
-func joinPath(path, name string) string {
-	if path == "" {
-		return name
-	}
-	return path + "." + name
+	return cfg, nil
 }
 
 // applyEnv overlays the environment on the file: a non-empty variable
@@ -341,55 +316,45 @@ func (c *Config) applyEnv(env LookupEnv) {
 // WithDefaults returns a copy of c with every zero duration, count and
 // choice set to its documented default. The HMAC secret has no default.
 func (c Config) WithDefaults() Config {
-	if c.StoreTimeout == 0 {
-		c.StoreTimeout = DefaultStoreTimeout
-	}
-	if c.ProbeInterval == 0 {
-		c.ProbeInterval = DefaultProbeInterval
-	}
-	if c.ProbeTimeout == 0 {
-		c.ProbeTimeout = min(DefaultProbeTimeout, c.ProbeInterval)
-	}
-	if c.ClearingProbes == 0 {
-		c.ClearingProbes = domain.DefaultClearingProbes
-	}
-	if c.BreakerFailures == 0 {
-		c.BreakerFailures = DefaultBreakerFailures
-	}
+	c.StoreTimeout = cmp.Or(c.StoreTimeout, DefaultStoreTimeout)
+	c.ProbeInterval = cmp.Or(c.ProbeInterval, DefaultProbeInterval)
+	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, min(DefaultProbeTimeout, c.ProbeInterval))
+	c.ClearingProbes = cmp.Or(c.ClearingProbes, domain.DefaultClearingProbes)
+	c.BreakerFailures = cmp.Or(c.BreakerFailures, DefaultBreakerFailures)
+	c.PlanCeiling = cmp.Or(c.PlanCeiling, DefaultPlanCeiling)
+	c.RefusalCacheSize = cmp.Or(c.RefusalCacheSize, DefaultRefusalCacheSize)
+	c.PseudonymCacheSize = cmp.Or(c.PseudonymCacheSize, DefaultPseudonymCacheSize)
 	if c.InstanceID == "" {
-		if h, err := os.Hostname(); err == nil && len(h) <= 128 {
+		c.InstanceID = "sluice"
+		if h, err := os.Hostname(); err == nil && h != "" && len(h) <= 128 {
 			c.InstanceID = h
-		} else {
-			c.InstanceID = "sluice"
 		}
 	}
 	def := domain.DefaultDegradedMatrix()
-	c.Degraded.Read = cmp(c.Degraded.Read, def.Read.String())
-	c.Degraded.Auth = cmp(c.Degraded.Auth, def.Auth.String())
-	c.Degraded.Costly = cmp(c.Degraded.Costly, def.Costly.String())
-	if c.Facade.Period == 0 {
-		c.Facade.Period = DefaultFacadePeriod
-	}
-	c.Facade.Algorithm = cmp(c.Facade.Algorithm, domain.SlidingLog.String())
-	c.Facade.Family = cmp(c.Facade.Family, domain.FamilyRead.String())
-	c.Facade.Degraded = cmp(c.Facade.Degraded, domain.ActionLocal.String())
-	// Profiles are copied so that defaults never write through to the
-	// caller's slice.
+	c.Degraded.Read = cmp.Or(c.Degraded.Read, def.Read)
+	c.Degraded.Auth = cmp.Or(c.Degraded.Auth, def.Auth)
+	c.Degraded.Costly = cmp.Or(c.Degraded.Costly, def.Costly)
+	c.Facade = c.Facade.withDefaults()
+	// Slices are copied so that defaults never write through to the
+	// caller's.
 	c.Profiles = append([]ProfileConfig(nil), c.Profiles...)
 	for i := range c.Profiles {
-		if c.Profiles[i].Cost == 0 {
-			c.Profiles[i].Cost = 1
-		}
+		c.Profiles[i].Cost = cmp.Or(c.Profiles[i].Cost, 1)
 	}
 	return c
 }
 
-// cmp returns v, or def when v is empty.
-func cmp(v, def string) string {
-	if v == "" {
-		return def
+func (f FacadeConfig) withDefaults() FacadeConfig {
+	def := []FacadeWindowConfig{{Name: domain.WindowSustained, Period: DefaultFacadePeriod}}
+	if len(f.Tenant) == 0 {
+		f.Tenant = def
 	}
-	return v
+	if len(f.User) == 0 {
+		f.User = def
+	}
+	f.Family = cmp.Or(f.Family, domain.FamilyRead)
+	f.Degraded = cmp.Or(f.Degraded, domain.ActionLocal)
+	return f
 }
 
 var (
@@ -398,21 +363,37 @@ var (
 	validate     = newValidator()
 )
 
+// newValidator registers the tags the Config uses. The numeric bounds of
+// windows are the domain's own constants, so config and stores agree.
 func newValidator() *validator.Validate {
 	v := validator.New(validator.WithRequiredStructEnabled())
 	v.RegisterTagNameFunc(yamlName)
-	must := func(err error) {
-		if err != nil {
-			panic(err) // only a programming error in the tags below
+	rules := map[string]validator.Func{
+		"routekey":   func(fl validator.FieldLevel) bool { return routeKeyRE.MatchString(fl.Field().String()) },
+		"windowname": func(fl validator.FieldLevel) bool { return windowNameRE.MatchString(fl.Field().String()) },
+		"windowlimit": func(fl validator.FieldLevel) bool {
+			n := fl.Field().Int()
+			return n <= domain.MaxLimit && (n >= 1 || fl.StructFieldName() == "Cost")
+		},
+		"windowperiod": func(fl validator.FieldLevel) bool {
+			d := time.Duration(fl.Field().Int())
+			return d >= domain.MinPeriod && d <= domain.MaxPeriod && d%time.Microsecond == 0
+		},
+	}
+	for tag, fn := range rules {
+		if err := v.RegisterValidation(tag, fn); err != nil {
+			panic(err) // only a programming error in the tags above
 		}
 	}
-	must(v.RegisterValidation("routekey", func(fl validator.FieldLevel) bool {
-		return routeKeyRE.MatchString(fl.Field().String())
-	}))
-	must(v.RegisterValidation("windowname", func(fl validator.FieldLevel) bool {
-		return windowNameRE.MatchString(fl.Field().String())
-	}))
 	return v
+}
+
+func yamlName(f reflect.StructField) string {
+	tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	if tag == "" {
+		return strings.ToLower(f.Name)
+	}
+	return tag
 }
 
 // Validate checks c as New will use it (apply WithDefaults first: zero
@@ -433,7 +414,7 @@ func (c Config) Validate() error {
 		}
 		return errors.Join(errs...)
 	}
-	// Cross-field rules the tags cannot express, once every field is sound.
+	// Rules that span fields, once every field is sound.
 	if _, err := buildProfiles(c); err != nil {
 		errs = append(errs, err)
 	}
@@ -449,64 +430,73 @@ func (c Config) SecretBytes() ([]byte, error) {
 }
 
 func (c Config) checkSecret() error {
-	s := strings.TrimSpace(string(c.HMACSecret))
+	s := string(c.HMACSecret)
+	trimmed := strings.TrimSpace(s)
 	want := 2 * domain.SecretLen
+	_, hexErr := hex.DecodeString(trimmed)
 	switch {
-	case s == "":
+	case trimmed == "":
 		return &domain.ConfigError{Field: "hmac_secret", Reason: "required: set " + EnvHMACSecret + " (32 random bytes as 64 hex characters); there is no default", Err: ErrSecretMissing}
-	case !isHex(s):
+	case trimmed != s:
+		return &domain.ConfigError{Field: "hmac_secret", Reason: "must not carry surrounding white space", Err: ErrSecretMalformed}
+	case hexErr != nil:
 		return &domain.ConfigError{Field: "hmac_secret", Reason: fmt.Sprintf("must be %d hex characters", want), Err: ErrSecretMalformed}
 	case len(s) < want:
 		return &domain.ConfigError{Field: "hmac_secret", Reason: fmt.Sprintf("too short: %d hex characters, want %d (32 bytes)", len(s), want), Err: ErrSecretShort}
 	case len(s) > want:
 		return &domain.ConfigError{Field: "hmac_secret", Reason: fmt.Sprintf("too long: %d hex characters, want %d (32 bytes)", len(s), want), Err: ErrSecretMalformed}
-	case s != string(c.HMACSecret):
-		return &domain.ConfigError{Field: "hmac_secret", Reason: "must not carry surrounding white space", Err: ErrSecretMalformed}
 	}
 	return nil
 }
 
-func isHex(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-			return false
-		}
-	}
-	return true
-}
-
 // translate turns a validator failure into a ConfigError naming the YAML
-// path, with profiles named rather than numbered where possible.
+// path, with profiles and plans named rather than numbered where possible.
 func (c Config) translate(fe validator.FieldError) error {
 	field := fe.Namespace()
 	if _, rest, ok := strings.Cut(field, "."); ok {
 		field = rest // drop the root type name
 	}
-	field = c.nameProfiles(field)
+	field = c.nameEntries(field)
 	ce := &domain.ConfigError{Field: field, Reason: reason(fe)}
-	if fe.Field() == "limit" && (fe.Tag() == "min") {
+	if fe.Tag() == "windowlimit" && fe.Field() == "limit" && fe.Value().(int64) < 1 {
 		ce.Reason = "must be at least 1: a limit of 0 would refuse every request"
 		ce.Err = ErrZeroLimit
 	}
 	return ce
 }
 
-// nameProfiles rewrites "profiles[3]" as "profiles[login]".
-func (c Config) nameProfiles(field string) string {
-	rest, ok := strings.CutPrefix(field, "profiles[")
-	if !ok {
-		return field
+// nameEntries rewrites "profiles[3]" as "profiles[login]" and "plans[0]"
+// as "plans[pro]".
+func (c Config) nameEntries(field string) string {
+	names := map[string]func(int) string{
+		"profiles[": func(i int) string {
+			if i < len(c.Profiles) {
+				return c.Profiles[i].Name
+			}
+			return ""
+		},
+		"plans[": func(i int) string {
+			if i < len(c.Plans) {
+				return c.Plans[i].Name
+			}
+			return ""
+		},
 	}
-	idx, tail, ok := strings.Cut(rest, "]")
-	if !ok {
-		return field
+	for prefix, nameOf := range names {
+		rest, ok := strings.CutPrefix(field, prefix)
+		if !ok {
+			continue
+		}
+		idx, tail, ok := strings.Cut(rest, "]")
+		i, err := strconv.Atoi(idx)
+		if !ok || err != nil || i < 0 {
+			return field
+		}
+		if name := nameOf(i); routeKeyRE.MatchString(name) {
+			return prefix + name + "]" + tail
+		}
 	}
-	i, err := strconv.Atoi(idx)
-	if err != nil || i < 0 || i >= len(c.Profiles) || !routeKeyRE.MatchString(c.Profiles[i].Name) {
-		return field
-	}
-	return "profiles[" + c.Profiles[i].Name + "]" + tail
+	return field
 }
 
 func reason(fe validator.FieldError) string {
@@ -514,18 +504,18 @@ func reason(fe validator.FieldError) string {
 	switch fe.Tag() {
 	case "required":
 		return "required"
-	case "min":
-		if fe.Kind() == reflect.Slice {
+	case "min", "gte":
+		if fe.Kind() == reflect.Slice || fe.Kind() == reflect.Map {
 			return "needs at least " + p + " entries"
 		}
 		return "must be at least " + p
-	case "max":
-		if fe.Kind() == reflect.Slice || fe.Kind() == reflect.String {
+	case "max", "lte":
+		if fe.Kind() == reflect.Slice || fe.Kind() == reflect.String || fe.Kind() == reflect.Map {
 			return "must have at most " + p + " entries or bytes"
 		}
 		return "must be at most " + p
-	case "oneof":
-		return "must be one of: " + strings.ReplaceAll(p, " ", ", ")
+	case "gt":
+		return "must be greater than " + p
 	case "unique":
 		return "names must be unique"
 	case "url":
@@ -534,6 +524,10 @@ func reason(fe validator.FieldError) string {
 		return "must be 1 to 64 of [a-z0-9_-]"
 	case "windowname":
 		return "must be 1 to 32 of [a-z0-9_-]"
+	case "windowlimit":
+		return fmt.Sprintf("must be between 1 and %d", domain.MaxLimit)
+	case "windowperiod":
+		return fmt.Sprintf("must be a whole number of microseconds between %s and %s", domain.MinPeriod, domain.MaxPeriod)
 	case "ltefield":
 		return "must not exceed probe_interval"
 	case "printascii":

@@ -27,8 +27,8 @@ func TestDegradedMatrix(t *testing.T) {
 		{domain.FamilyCostly, routeExport, 3},
 	}
 	forEachBackend(t, func(t *testing.T, b backend) {
-		for _, action := range []string{"bypass", "deny", "local"} {
-			t.Run(action, func(t *testing.T) {
+		for _, action := range []domain.DegradedAction{domain.ActionBypass, domain.ActionDeny, domain.ActionLocal} {
+			t.Run(action.String(), func(t *testing.T) {
 				r, down, _ := newBackendRig(t, b, func(c *app.Config) {
 					c.Degraded = app.DegradedConfig{Read: action, Auth: action, Costly: action}
 					c.BreakerFailures = 1000 // keep the breaker closed for the in-band half
@@ -49,33 +49,41 @@ func TestDegradedMatrix(t *testing.T) {
 							d := r.eval(t, req)
 							assert.Equal(t, f.family, d.Family)
 							if via == "breaker open" {
-								if action != "local" { // local decisions carry local_limit
+								if action != domain.ActionLocal { // local decisions carry local_limit
 									assert.Equal(t, domain.CauseBreakerOpen, d.Cause, "cause")
 								}
 								assert.Equal(t, domain.Degraded, d.SystemState)
 							}
 							rec := r.rec.last()
+							assert.True(t, d.Degraded, "a decision of the degraded matrix says so")
+							assert.Contains(t, domain.Causes(), d.Cause)
 							switch action {
-							case "deny":
+							case domain.ActionDeny:
 								assert.Equal(t, domain.DeniedDegraded, d.State)
 								assert.Equal(t, domain.DeniedRetryAfter, d.RetryAfter)
+								assert.Equal(t, domain.SourceNone, d.Source, "nothing was counted")
 								if via == "store failure" {
 									assert.True(t, causeOfOutage(d.Cause), "cause %s", d.Cause)
 									assert.Error(t, rec.Err, "the store's error is recorded")
 								}
-							case "bypass":
+							case domain.ActionBypass:
 								assert.Equal(t, domain.BypassDegraded, d.State)
 								assert.False(t, d.Blocks(), "the handler runs")
 								assert.Equal(t, domain.DegradedCapFactor*f.burst, d.Limit, "cap = 2 × burst")
 								assert.Equal(t, domain.DegradedCapFactor*f.burst-1, d.Remaining)
 								assert.Equal(t, domain.DegradedCapPeriod, d.LimitingPeriod)
+								assert.Equal(t, domain.SourceFallback, d.Source, "the cap is counted on the fallback")
+								require.Equal(t, 1, d.Windows.Len(), "the cap is the one window checked")
+								assert.Equal(t, "degraded_cap", d.Windows.All()[0].Window.Name)
 								if via == "store failure" {
 									assert.True(t, causeOfOutage(d.Cause), "cause %s", d.Cause)
 								}
-							case "local":
+							case domain.ActionLocal:
 								assert.Equal(t, domain.Allowed, d.State)
 								assert.Equal(t, domain.CauseLocalLimit, d.Cause)
 								assert.Equal(t, f.burst-1, d.Remaining, "the profile's own limits, counted locally")
+								assert.Equal(t, domain.SourceFallback, d.Source)
+								assert.True(t, d.State.Passes(), "passes, but Degraded says its counts are this instance's")
 								for range f.burst - 1 {
 									r.eval(t, req)
 								}
@@ -98,7 +106,7 @@ func TestDegradedMatrix(t *testing.T) {
 // local_cap_exceeded; GCRA refills one unit every 60 s / cap.
 func TestBypassLocalCap(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		r, down, _ := newBackendRig(t, b, func(c *app.Config) { c.Degraded.Auth = "bypass" })
+		r, down, _ := newBackendRig(t, b, func(c *app.Config) { c.Degraded.Auth = domain.ActionBypass })
 		down(t)
 		st, err := r.l.ProbeOnce(context.Background())
 		require.NoError(t, err)
@@ -142,8 +150,8 @@ func TestBypassLocalCap(t *testing.T) {
 // bypass cannot count its cap and a local action cannot count at all: the
 // request is DeniedDegraded, and both errors are recorded.
 func TestFallbackFailureFailsClosed(t *testing.T) {
-	for _, action := range []string{"bypass", "local"} {
-		t.Run(action, func(t *testing.T) {
+	for _, action := range []domain.DegradedAction{domain.ActionBypass, domain.ActionLocal} {
+		t.Run(action.String(), func(t *testing.T) {
 			cfg := testConfig()
 			cfg.Degraded.Read = action
 			fallback := newFaulty(newLocal(t))

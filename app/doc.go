@@ -1,16 +1,52 @@
 // Package app is sluice's application service: the decision pipeline
-// (Limiter.Evaluate), its configuration (Config, loaded from YAML and the
-// environment and validated at boot), the health loop and breaker, and the
-// ADR-002 compatibility façades (Allow, AllowDual and their context
-// variants).
+// (Limiter.Evaluate), its configuration (Config, read from YAML and the
+// environment and validated at boot), the health loop and breaker, the
+// administrative entry points (Peek, Reset) and the ADR-002 compatibility
+// façades (Allow, AllowDual and their context variants).
+//
+// # In one screen
+//
+// Build a Limiter from a Config and its ports, then decide each request:
+//
+//	cfg, err := app.LoadConfig("sluice.yaml", nil) // YAML + REDIS_URL + RATE_LIMIT_HMAC_SECRET
+//	primary, _ := redis.New(redis.Config{URL: cfg.RedisURL})
+//	fallback, _ := local.New(local.Config{})
+//	l, err := app.New(cfg, app.Deps{Store: primary, Fallback: fallback, Recorder: recorder})
+//	defer l.Close()
+//
+//	d, err := l.Evaluate(ctx, app.Request{Route: "GET /api/v1/search", ClientIP: ip, User: user, Tenant: tenant})
+//	if err != nil { /* the decision could not be recorded: fail closed */ }
+//	if d.Blocks() { /* 429 (Throttled), 503 (DeniedDegraded) or 400 (RejectedInvalidContext) */ }
+//
+// The HTTP middleware (adapters/httpmw) and the gRPC interceptors
+// (adapters/grpcmw) do the extraction and the answers; adapters/otel is
+// the production Recorder.
+//
+// # What a Decision says
+//
+// State is terminal (Allowed, Throttled, BypassDegraded, DeniedDegraded,
+// RejectedInvalidContext) and Cause is from a closed set. Windows lists
+// every window checked with its own remaining and reset. Degraded is true
+// when the primary store did not decide (breaker open, failure, timeout)
+// and the degraded matrix did; a degraded decision may still pass (a read
+// bypassing under its cap, or local enforcement), but its counts are this
+// instance's alone (Source). Config.StoreTimeout is the one store deadline.
+//
+// # Rules kept
+//
+// The pipeline, the degraded matrix, the health machine and the
+// invariants (no allow list, no hot reload, uniform invalid-context
+// answers, fail-closed observability) are in docs/adr/005; hash tags and
+// what each dimension counts per in docs/adr/004; plans in docs/adr/006;
+// the façades in docs/adr/002.
+//
+// No raw identifier leaves the Limiter in a store key or a recorded label:
+// identities are normalised and pseudonymised (HMAC-SHA256 under the
+// configured secret) before any key is built. The raw client address is
+// handed to the Recorder only as DecisionRecord.ClientIP (and
+// ResetRecord.ClientIP), for the security-audit channel.
 //
 // The package depends on domain and ports only; adapters plug in through
 // Deps. Everything time-driven reads the ports.Clock, so tests step a fake
 // clock through every health transition without sleeping.
-//
-// No raw identifier leaves Evaluate in a store key or a recorded label:
-// identities are normalised and pseudonymised (HMAC-SHA256 under the
-// configured secret) before any key is built. The raw client address is
-// handed to the Recorder only as DecisionRecord.ClientIP, for the
-// security-audit channel.
 package app

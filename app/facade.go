@@ -3,11 +3,11 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/netip"
 	"strings"
-	"time"
 
 	"github.com/sluicehq/sluice/domain"
-	"github.com/sluicehq/sluice/ports"
 )
 
 // RateLimiter is ADR-002's single-layer interface, kept with its exact
@@ -47,54 +47,96 @@ var (
 // layer of ADR-002, instead of rl:{t}:user:{…}.
 const APIKeyPrefix = "key:"
 
-// facadeWindowName names the window of both façade layers in decisions.
-const facadeWindowName = "facade"
+// facadeWindow is one window of a façade layer; callLimit marks a window
+// whose limit is the one the caller passes.
+type facadeWindow struct {
+	window    domain.Window
+	callLimit bool
+	// suffix is appended to the layer's ADR-002 key: "" for the first
+	// window, ":<name>" for the others.
+	suffix string
+}
 
 // facadeProfile is the fixed part of every façade decision.
 type facadeProfile struct {
-	family domain.RouteFamily
-	action domain.DegradedAction
-	period time.Duration
-	alg    domain.Algorithm
+	family       domain.RouteFamily
+	action       domain.DegradedAction
+	tenant, user []facadeWindow
+}
+
+// checkFacade checks the façade's configuration (Validate calls it).
+func checkFacade(c FacadeConfig) error {
+	_, err := newFacadeProfile(c)
+	return err
 }
 
 func newFacadeProfile(c FacadeConfig) (facadeProfile, error) {
-	var fp facadeProfile
+	fp := facadeProfile{family: c.Family, action: c.Degraded}
+	if err := checkEnum("facade.family", c.Family); err != nil {
+		return fp, err
+	}
+	if err := checkEnum("facade.degraded", c.Degraded); err != nil {
+		return fp, err
+	}
 	var err error
-	if fp.family, err = domain.ParseRouteFamily(c.Family); err != nil {
-		return fp, &domain.ConfigError{Field: "facade.family", Reason: err.Error()}
+	if fp.tenant, err = facadeWindows("facade.tenant", c.Tenant); err != nil {
+		return fp, err
 	}
-	if fp.action, err = domain.ParseDegradedAction(c.Degraded); err != nil {
-		return fp, &domain.ConfigError{Field: "facade.degraded", Reason: err.Error()}
-	}
-	if fp.alg, err = domain.ParseAlgorithm(c.Algorithm); err != nil {
-		return fp, &domain.ConfigError{Field: "facade.algorithm", Reason: err.Error()}
-	}
-	fp.period = c.Period
-	return fp, nil
+	fp.user, err = facadeWindows("facade.user", c.User)
+	return fp, err
 }
 
-// Allow is ADR-002's RateLimiter.Allow with a background context.
+func facadeWindows(path string, cs []FacadeWindowConfig) ([]facadeWindow, error) {
+	out := make([]facadeWindow, 0, len(cs))
+	for i, c := range cs {
+		fw := facadeWindow{
+			window:    domain.Window{Name: c.Name, Limit: c.Limit, Period: c.Period, Algorithm: c.Algorithm},
+			callLimit: c.Limit == 0,
+		}
+		if i > 0 {
+			fw.suffix = ":" + c.Name
+		}
+		probe := fw.window
+		if fw.callLimit {
+			probe.Limit = 1 // the caller's limit is checked per call
+		}
+		if err := windowError(fmt.Sprintf("%s[%d]", path, i), probe.Validate()); err != nil {
+			return nil, err
+		}
+		out = append(out, fw)
+	}
+	return out, nil
+}
+
+// Allow is ADR-002's RateLimiter.Allow with a background context; see
+// AllowContext, including what a degraded answer means.
 func (l *Limiter) Allow(key string, limit int) (bool, int, error) {
 	return l.AllowContext(context.Background(), key, limit)
 }
 
 // AllowContext checks one layer: key is the tenant id (or, for anonymous
 // traffic, whatever the caller counts by), counted under rl:{<pseudonym>}
-// with limit requests per Config.Facade.Period. It returns whether the
-// request passes and the requests left. In shadow mode it always passes.
+// on the windows of Config.Facade.Tenant, with limit as the limit of each
+// window that does not fix its own. It returns whether the request passes
+// and the requests left. In shadow mode it always passes.
 //
 // It takes the pipeline's path: breaker, degraded matrix (the façade's own
 // action, Config.Facade.Degraded), recording. A refusal is (false, n, nil);
 // err is non-nil for an invalid key or limit (the decision is then
 // RejectedInvalidContext) or when recording failed.
+//
+// Degraded answers: while the store cannot answer, true may come from the
+// degraded matrix rather than the shared count — with the default "local"
+// action, from this instance's own count, so a fleet of R instances admits
+// up to about limit × R (docs/adr/002). The bool cannot say so: callers
+// that must know use DecideDual, whose Decision.Degraded does.
 func (l *Limiter) AllowContext(ctx context.Context, key string, limit int) (bool, int, error) {
 	d, err := l.DecideDual(ctx, key, limit, "", 0)
 	return passes(d), remainingOf(d.TenantRemaining, d), err
 }
 
 // AllowDual is ADR-002's DualLayerLimiter.AllowDual with a background
-// context.
+// context; see AllowDualContext, including what a degraded answer means.
 func (l *Limiter) AllowDual(tenantKey string, tenantLimit int, userKey string, userLimit int) (allowed bool, tenantRemaining int, userRemaining int, err error) {
 	return l.AllowDualContext(context.Background(), tenantKey, tenantLimit, userKey, userLimit)
 }
@@ -106,52 +148,46 @@ func (l *Limiter) AllowDual(tenantKey string, tenantLimit int, userKey string, u
 // An empty userKey checks the tenant layer alone, as Allow does.
 //
 // Remaining counts are per layer; ADR-002's X-RateLimit-Remaining is
-// min(tenantRemaining, userRemaining). Refusals, errors and shadow mode are
-// as for AllowContext.
+// min(tenantRemaining, userRemaining). Refusals, errors, shadow mode and
+// degraded answers are as for AllowContext.
 func (l *Limiter) AllowDualContext(ctx context.Context, tenantKey string, tenantLimit int, userKey string, userLimit int) (allowed bool, tenantRemaining int, userRemaining int, err error) {
 	d, err := l.DecideDual(ctx, tenantKey, tenantLimit, userKey, userLimit)
 	return passes(d), remainingOf(d.TenantRemaining, d), remainingOf(d.UserRemaining, d), err
 }
 
 // DecideDual is AllowDualContext returning the whole decision, for
-// entry points that need its state, retry-after and headers. The error is
-// the invalid-input error (also recorded) or a recording failure.
+// entry points that need its state, retry-after and headers, and for
+// callers that must tell a degraded answer (Decision.Degraded) from the
+// shared count's. The error is the invalid-input error (also recorded) or
+// a recording failure.
 func (l *Limiter) DecideDual(ctx context.Context, tenantKey string, tenantLimit int, userKey string, userLimit int) (domain.Decision, error) {
-	var ev evaluation
-	ev.now = l.clock.Now()
-	d := l.newDecision()
-	d.Profile, d.Family = DefaultFacadeProfile, l.facade.family
-	var rec ports.DecisionRecord
-	var runErr, inputErr error
-	if inputErr = l.buildFacadeKeys(&ev, tenantKey, tenantLimit, userKey, userLimit); inputErr != nil {
-		d, rec, _ = reject(d, inputErr)
+	ctx = l.startDecision(ctx)
+	ev := getEvaluation()
+	defer putEvaluation(ev)
+	l.begin(ev)
+	ev.d.Profile, ev.d.Family = DefaultFacadeProfile, l.facade.family
+	inputErr := l.buildFacadeKeys(ev, tenantKey, tenantLimit, userKey, userLimit)
+	if inputErr != nil {
+		ev.reject(inputErr)
 	} else {
-		d, rec, runErr = l.run(ctx, &ev, d)
+		l.run(ctx, ev)
 	}
-	rec.Decision = d
-	rec.TenantID = ev.tenantID
-	return d, errors.Join(inputErr, runErr, l.rec.RecordDecision(ctx, rec))
+	return ev.d, errors.Join(inputErr, l.record(ctx, ev, netip.Addr{}, ""))
 }
 
-// buildFacadeKeys builds ADR-002's keys with pseudonymised ids.
+// buildFacadeKeys builds ADR-002's keys with pseudonymised ids: the
+// tenant layer's windows on rl:{tenant}, the user (or api-key) layer's on
+// rl:{tenant}:user:{user} (rl:{tenant}:key:{id}).
 func (l *Limiter) buildFacadeKeys(ev *evaluation, tenantKey string, tenantLimit int, userKey string, userLimit int) error {
 	tenant, err := domain.NormaliseIdentifier(tenantKey)
 	if err != nil {
 		return err
 	}
-	w := domain.Window{Name: facadeWindowName, Period: l.facade.period, Algorithm: l.facade.alg}
-	ev.tenantID = l.pseudo.Pseudonymise(domain.DimensionTenant, tenant)
-	ev.tag = ev.tenantID
-	tw := w
-	tw.Limit = int64(tenantLimit)
-	if err := tw.Validate(); err != nil {
-		return &domain.ContextError{Cause: domain.CauseInvalidLimit, Detail: "tenant limit: " + err.Error()}
-	}
-	ev.limits[0] = domain.Limit{Key: domain.TenantKey(ev.tenantID), Window: tw, Cost: 1}
-	ev.meta[0] = keyed{dim: domain.DimensionTenant, window: tw}
-	ev.n = 1
+	ev.tenantID = l.pseudonym(domain.DimensionTenant, tenant)
 	ev.capDim, ev.capID = domain.DimensionTenant, ev.tenantID
-	burst := tw.Limit
+	if err := ev.addFacadeLayer(domain.DimensionTenant, domain.TenantKey(ev.tenantID), l.facade.tenant, tenantLimit); err != nil {
+		return err
+	}
 	if userKey != "" {
 		dim, raw := domain.DimensionUser, userKey
 		if id, ok := strings.CutPrefix(userKey, APIKeyPrefix); ok {
@@ -161,28 +197,33 @@ func (l *Limiter) buildFacadeKeys(ev *evaluation, tenantKey string, tenantLimit 
 		if err != nil {
 			return err
 		}
-		uw := w
-		uw.Limit = int64(userLimit)
-		if err := uw.Validate(); err != nil {
-			return &domain.ContextError{Cause: domain.CauseInvalidLimit, Detail: "user limit: " + err.Error()}
-		}
-		pid := l.pseudo.Pseudonymise(dim, id)
+		pid := l.pseudonym(dim, id)
 		key := domain.TenantUserKey(ev.tenantID, pid)
 		if dim == domain.DimensionAPIKey {
 			key = domain.TenantAPIKeyKey(ev.tenantID, pid)
 		}
-		ev.limits[1] = domain.Limit{Key: key, Window: uw, Cost: 1}
-		ev.meta[1] = keyed{dim: dim, window: uw}
-		ev.n = 2
+		if err := ev.addFacadeLayer(dim, key, l.facade.user, userLimit); err != nil {
+			return err
+		}
 		ev.capDim, ev.capID = dim, pid
-		burst = min(burst, uw.Limit)
 	}
 	ev.action, ev.routeKey = l.facade.action, DefaultFacadeProfile
-	ev.capWindow = domain.Window{
-		Name:      capWindowName,
-		Limit:     min(domain.DegradedCapFactor*burst, domain.MaxLimit),
-		Period:    domain.DegradedCapPeriod,
-		Algorithm: domain.GCRA,
+	ev.capWindow = capWindow(ev.minLimit())
+	return nil
+}
+
+// addFacadeLayer adds one layer's windows on base (+ suffix) with the
+// caller's limit where the window takes it.
+func (ev *evaluation) addFacadeLayer(dim domain.Dimension, base string, windows []facadeWindow, callLimit int) error {
+	for _, fw := range windows {
+		w := fw.window
+		if fw.callLimit {
+			w.Limit = int64(callLimit)
+			if err := w.Validate(); err != nil {
+				return &domain.ContextError{Cause: domain.CauseInvalidLimit, Detail: dim.Layer().String() + " limit: " + err.Error()}
+			}
+		}
+		ev.add(domain.Limit{Key: base + fw.suffix, Window: w, Cost: 1}, dim)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -217,7 +218,7 @@ func TestFacadeDegraded(t *testing.T) {
 			assert.Equal(t, domain.CauseLocalLimit, r.rec.last().Decision.Cause)
 		}
 
-		rd, downD, _ := newBackendRig(t, b, func(c *app.Config) { c.Facade.Degraded = "deny" })
+		rd, downD, _ := newBackendRig(t, b, func(c *app.Config) { c.Facade.Degraded = domain.ActionDeny })
 		downD(t)
 		_, err = rd.l.ProbeOnce(context.Background())
 		require.NoError(t, err)
@@ -226,4 +227,56 @@ func TestFacadeDegraded(t *testing.T) {
 		assert.False(t, ok)
 		assert.Equal(t, domain.DeniedDegraded, rd.rec.last().Decision.State)
 	})
+}
+
+// TestFacadeLayersHaveTheirOwnWindows: each façade layer has its own
+// windows; the first counts on ADR-002's key, the others on that key and
+// their name; a window with a fixed limit ignores the caller's.
+func TestFacadeLayersHaveTheirOwnWindows(t *testing.T) {
+	r := newRig(t, func(c *app.Config) {
+		c.Facade.Tenant = []app.FacadeWindowConfig{{Name: "sustained", Period: time.Minute}, {Name: "burst", Period: time.Second, Limit: 2}}
+		c.Facade.User = []app.FacadeWindowConfig{{Name: "sustained", Period: time.Minute}, {Name: "hourly", Period: time.Hour, Limit: 5, Algorithm: domain.GCRA}}
+	})
+	call := func() (bool, int, int) {
+		ok, tr, ur, err := r.l.AllowDual("acme", 100, "u1", 100)
+		require.NoError(t, err)
+		return ok, tr, ur
+	}
+	ok, tr, ur := call()
+	assert.True(t, ok)
+	assert.Equal(t, 1, tr, "the tenant layer's least remaining: its burst of 2")
+	assert.Equal(t, 4, ur, "the user layer's least remaining: its hourly 5")
+	ok, _, _ = call()
+	assert.True(t, ok)
+	ok, _, _ = call()
+	assert.False(t, ok, "the tenant burst of 2 refuses the third in a second")
+	d, err := r.l.DecideDual(context.Background(), "acme", 100, "u1", 100)
+	require.NoError(t, err)
+	assert.Equal(t, "burst", d.LimitingWindow)
+	assert.Equal(t, domain.LayerTenant, d.Layer)
+	assert.Equal(t, 4, d.Windows.Len())
+
+	for range 3 {
+		r.clock.Advance(time.Second)
+		ok, _, _ = call()
+		assert.True(t, ok)
+	}
+	r.clock.Advance(time.Second)
+	ok, _, ur = call()
+	assert.False(t, ok, "the user's hourly 5 is spent")
+	assert.Equal(t, 0, ur)
+
+	var keys []string
+	for _, k := range r.store.seen() {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	require.Len(t, keys, 4)
+	tenant := hashTag(keys[0])
+	assert.ElementsMatch(t, []string{
+		domain.TenantKey(tenant), domain.TenantKey(tenant) + ":burst",
+		keys[2], keys[2] + ":hourly",
+	}, keys)
+	assert.Regexp(t, `^rl:\{[0-9a-f]{32}\}:user:\{[0-9a-f]{32}\}$`, keys[2], "the first user window keeps ADR-002's key")
 }

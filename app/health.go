@@ -13,7 +13,7 @@ import (
 // maxLoopErrors bounds the recorder errors the health loop keeps for Close.
 const maxLoopErrors = 8
 
-// MemoryCheck is the boot check of seed PD-172 §2.2: it compares the
+// MemoryCheck is a boot check (docs/adr/005): it compares the
 // store's memory ceiling (Redis maxmemory) with budgetBytes and returns a
 // warning for each problem (below the budget, unreadable, evicting). err is
 // for a check that cannot run at all. With the Redis adapter:

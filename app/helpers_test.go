@@ -16,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/domain"
 	"github.com/sluicehq/sluice/ports"
 	"github.com/sluicehq/sluice/ports/fakeclock"
+	"github.com/sluicehq/sluice/ports/recordertest"
 )
 
 // testSecret is 32 bytes as 64 hex characters.
@@ -46,7 +47,7 @@ const (
 func testConfig() app.Config {
 	nine := app.WindowsConfig{
 		IP:           []app.WindowConfig{{Name: "burst", Limit: 50, Period: time.Second}, {Name: "sustained", Limit: 500, Period: time.Minute}},
-		User:         []app.WindowConfig{{Name: "burst", Limit: 5, Period: time.Second}, {Name: "sustained", Limit: 100, Period: time.Minute, Algorithm: "gcra"}},
+		User:         []app.WindowConfig{{Name: "burst", Limit: 5, Period: time.Second}, {Name: "sustained", Limit: 100, Period: time.Minute, Algorithm: domain.GCRA}},
 		APIKey:       []app.WindowConfig{{Name: "burst", Limit: 20, Period: time.Second}, {Name: "sustained", Limit: 200, Period: time.Minute}},
 		Tenant:       []app.WindowConfig{{Name: "burst", Limit: 40, Period: time.Second}, {Name: "sustained", Limit: 400, Period: time.Minute}},
 		TenantGlobal: []app.WindowConfig{{Name: "sustained", Limit: 1000, Period: time.Minute}},
@@ -59,75 +60,38 @@ func testConfig() app.Config {
 		HMACSecret: testSecret,
 		InstanceID: "test-1",
 		Profiles: []app.ProfileConfig{
-			{Name: "users_read", Family: "read", Routes: []string{routeRead}, Windows: nine},
-			{Name: "login", Family: "auth", Routes: []string{routeLogin}, Windows: small},
-			{Name: "exports", Family: "costly", Routes: []string{routeExport}, Windows: small},
+			{Name: "users_read", Family: domain.FamilyRead, Routes: []string{routeRead}, Windows: nine},
+			{Name: "login", Family: domain.FamilyAuth, Routes: []string{routeLogin}, Windows: small},
+			{Name: "exports", Family: domain.FamilyCostly, Routes: []string{routeExport}, Windows: small},
 		},
 	}
 }
 
-// recorder is a ports.Recorder that keeps everything and can be told to
-// fail.
-type recorder struct {
-	mu          sync.Mutex
-	decisions   []ports.DecisionRecord
-	transitions []domain.StateChange
-	latencies   int
-	failDecide  error
-	failTrans   error
-}
-
-func (r *recorder) RecordDecision(_ context.Context, rec ports.DecisionRecord) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.decisions = append(r.decisions, rec)
-	return r.failDecide
-}
-
-func (r *recorder) RecordTransition(_ context.Context, c domain.StateChange, _ time.Time) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.transitions = append(r.transitions, c)
-	return r.failTrans
-}
-
-func (r *recorder) RecordReset(context.Context, ports.ResetRecord) error { return nil }
-
-func (r *recorder) RecordStoreCall(context.Context, ports.StoreCall) {
-	r.mu.Lock()
-	r.latencies++
-	r.mu.Unlock()
-}
+// recorder is recordertest.Memory with the shorthands the tests use.
+type recorder struct{ recordertest.Memory }
 
 func (r *recorder) last() ports.DecisionRecord {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.decisions[len(r.decisions)-1]
+	rec, _ := r.LastDecision()
+	return rec
 }
 
-func (r *recorder) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.decisions)
-}
+func (r *recorder) count() int { return len(r.Decisions()) }
 
-func (r *recorder) changes() []domain.StateChange {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]domain.StateChange(nil), r.transitions...)
-}
+func (r *recorder) changes() []domain.StateChange { return r.Changes() }
+
+func (r *recorder) storeCalls() int { return len(r.StoreCalls()) }
 
 func (r *recorder) setFail(decide, trans error) {
-	r.mu.Lock()
-	r.failDecide, r.failTrans = decide, trans
-	r.mu.Unlock()
+	r.FailDecisions(decide)
+	r.FailTransitions(trans)
 }
 
 // Failure modes of a faultyStore.
 const (
 	healthy int32 = iota
 	unavailable
-	hang // block until the call's deadline
+	hang     // block until the call's deadline, then return a store timeout
+	hangBare // block until the call's deadline, then return ctx.Err() alone
 	badLimit
 )
 
@@ -164,9 +128,13 @@ func (f *faultyStore) fail() error {
 func (f *faultyStore) Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
 	f.calls.Add(1)
 	f.see(limits)
-	if f.mode.Load() == hang {
+	switch f.mode.Load() {
+	case hang:
 		<-ctx.Done()
 		return domain.Result{}, fmt.Errorf("%w: %w", domain.ErrStoreTimeout, ctx.Err())
+	case hangBare:
+		<-ctx.Done()
+		return domain.Result{}, ctx.Err()
 	}
 	if err := f.fail(); err != nil {
 		return domain.Result{}, err

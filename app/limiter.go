@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -27,7 +28,9 @@ type Deps struct {
 	// Prober checks the primary store's health. nil means a prober that
 	// peeks a reserved key of Store (consuming nothing).
 	Prober ports.Prober
-	// Recorder observes every decision and transition. Required.
+	// Recorder observes every decision, transition, store call and reset.
+	// Required: production services use adapters/otel; tests and
+	// benchmarks may use ports/recordertest.
 	Recorder ports.Recorder
 	// MemoryCheck, when set, checks the store's memory ceiling against
 	// Config.RedisMemoryBudgetMB at boot (see Limiter.Warnings).
@@ -52,22 +55,28 @@ type Request struct {
 	Cost int64
 }
 
-// Limiter is the decision pipeline of DESIGN.md: it validates a request's
-// context, resolves its profile, pseudonymises its identities, evaluates
-// every window in one store call under a deadline, falls back on the
-// degraded matrix when the store cannot answer, and records every decision.
-// A background health loop probes the store and drives the breaker.
+// Limiter is the decision pipeline (docs/adr/005): it validates a
+// request's context, resolves its profile and plan, pseudonymises its
+// identities, evaluates every window in one store call under one deadline,
+// falls back on the degraded matrix when the store cannot answer, and
+// records every decision. A background health loop probes the store and
+// drives the breaker.
 //
 // A Limiter is safe for simultaneous use. Close stops its health loop.
 type Limiter struct {
 	cfg      Config
 	profiles *profileSet
 	pseudo   *domain.Pseudonymiser
+	names    *pseudonymCache
+	refusals *refusalCache
+	// tenantPlans and keyPlans map pseudonyms to plans.
+	tenantPlans, keyPlans map[string]*plan
 
 	store, fallback ports.Store
 	clock           ports.Clock
 	prober          ports.Prober
 	rec             ports.Recorder
+	tracer          ports.DecisionTracer // nil unless rec traces
 
 	// Health: the machine is guarded by mu; state mirrors its state for
 	// the hot path, which reads it without locking.
@@ -105,15 +114,8 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	switch {
-	case deps.Store == nil:
-		return nil, &domain.ConfigError{Field: "deps.store", Reason: "required"}
-	case deps.Fallback == nil:
-		return nil, &domain.ConfigError{Field: "deps.fallback", Reason: "required: the degraded matrix counts on an in-process store"}
-	case deps.Fallback == deps.Store:
-		return nil, &domain.ConfigError{Field: "deps.fallback", Reason: "must not be the primary store"}
-	case deps.Recorder == nil:
-		return nil, &domain.ConfigError{Field: "deps.recorder", Reason: "required: every decision is recorded"}
+	if err := deps.check(); err != nil {
+		return nil, err
 	}
 	profiles, err := buildProfiles(cfg)
 	if err != nil {
@@ -135,6 +137,8 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 		cfg:       cfg,
 		profiles:  profiles,
 		pseudo:    pseudo,
+		names:     newPseudonymCache(pseudo, cfg.PseudonymCacheSize),
+		refusals:  newRefusalCache(cfg.RefusalCacheSize),
 		store:     deps.Store,
 		fallback:  deps.Fallback,
 		clock:     deps.Clock,
@@ -145,6 +149,8 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 		done:      make(chan struct{}),
 		afterTick: afterTick,
 	}
+	l.tracer, _ = deps.Recorder.(ports.DecisionTracer)
+	l.tenantPlans, l.keyPlans = l.assignPlans()
 	if l.clock == nil {
 		l.clock = ports.SystemClock{}
 	}
@@ -160,6 +166,34 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 	l.wg.Add(1)
 	go l.healthLoop()
 	return l, nil
+}
+
+func (d Deps) check() error {
+	switch {
+	case d.Store == nil:
+		return &domain.ConfigError{Field: "deps.store", Reason: "required"}
+	case d.Fallback == nil:
+		return &domain.ConfigError{Field: "deps.fallback", Reason: "required: the degraded matrix counts on an in-process store"}
+	case d.Fallback == d.Store:
+		return &domain.ConfigError{Field: "deps.fallback", Reason: "must not be the primary store"}
+	case d.Recorder == nil:
+		return &domain.ConfigError{Field: "deps.recorder", Reason: "required: every decision is recorded (recordertest.Discard records nothing, for tests)"}
+	}
+	return nil
+}
+
+// assignPlans pseudonymises the identities each plan is assigned to.
+func (l *Limiter) assignPlans() (tenants, keys map[string]*plan) {
+	tenants, keys = map[string]*plan{}, map[string]*plan{}
+	for _, p := range l.profiles.plans {
+		for _, t := range p.tenants {
+			tenants[l.pseudo.Pseudonymise(domain.DimensionTenant, t)] = p
+		}
+		for _, k := range p.apiKeys {
+			keys[l.pseudo.Pseudonymise(domain.DimensionAPIKey, k)] = p
+		}
+	}
+	return tenants, keys
 }
 
 // Config returns the configuration in use, defaults applied.
@@ -179,24 +213,17 @@ func (l *Limiter) SystemState() domain.SystemState { return domain.SystemState(l
 // breaker is closed only while the system is HEALTHY.
 func (l *Limiter) BreakerOpen() bool { return l.SystemState() != domain.Healthy }
 
-// keyed is one limit of a decision with what the decision needs to know
-// about it.
-type keyed struct {
-	dim    domain.Dimension
-	window domain.Window
-}
-
-// evaluation is the state of one decision in flight. It lives on the
-// stack: the fixed arrays keep a nine-key decision from allocating beyond
-// its keys.
+// evaluation is one decision in flight. It lives on the caller's stack:
+// the fixed arrays keep a nine-key decision from allocating beyond its
+// keys.
 type evaluation struct {
-	now      time.Time
-	prof     *profile
-	limits   [domain.MaxLimits]domain.Limit
-	meta     [domain.MaxLimits]keyed
-	n        int
-	tenantID string // tenant pseudonym, "" without a tenant
-	tag      string
+	now    time.Time
+	d      domain.Decision
+	limits [domain.MaxLimits]domain.Limit
+	dims   [domain.MaxLimits]domain.Dimension
+	n      int
+	// tenantID is the tenant's pseudonym, "" without a tenant.
+	tenantID string
 	// What the degraded matrix needs: the action, and the local cap with
 	// the route key and client (dimension, pseudonym) it is counted for.
 	action    domain.DegradedAction
@@ -204,14 +231,75 @@ type evaluation struct {
 	routeKey  string
 	capDim    domain.Dimension
 	capID     string
+	// For the record: the store's latency, the error that shaped the
+	// decision, and a Recorder failure met on the way (a transition).
+	latency  time.Duration
+	err      error
+	transErr error
+}
+
+// evaluations recycles evaluations: their limits go to a store through an
+// interface, which makes them escape, and at a few kilobytes each a fresh
+// one per decision would cost more than the rest of the pipeline. No store
+// keeps the limits past its call (ports.Store).
+var evaluations = sync.Pool{New: func() any { return new(evaluation) }}
+
+// getEvaluation returns a zeroed evaluation; putEvaluation hands it back
+// once the decision is out of it.
+func getEvaluation() *evaluation {
+	ev := evaluations.Get().(*evaluation)
+	*ev = evaluation{}
+	return ev
+}
+
+func putEvaluation(ev *evaluation) { evaluations.Put(ev) }
+
+// add appends one limit of dimension dim.
+func (ev *evaluation) add(l domain.Limit, dim domain.Dimension) {
+	ev.limits[ev.n], ev.dims[ev.n] = l, dim
+	ev.n++
+}
+
+// minLimit is the smallest limit of the evaluation's windows.
+func (ev *evaluation) minLimit() int64 {
+	m := ev.limits[0].Window.Limit
+	for _, l := range ev.limits[1:ev.n] {
+		m = min(m, l.Window.Limit)
+	}
+	return m
+}
+
+// begin starts an evaluation: the instant, and a decision with nothing
+// checked.
+func (l *Limiter) begin(ev *evaluation) {
+	ev.now = l.clock.Now()
+	ev.d = domain.Decision{
+		TenantRemaining: -1,
+		UserRemaining:   -1,
+		SystemState:     l.SystemState(),
+		Shadow:          l.cfg.ShadowMode,
+	}
+}
+
+// reject makes the decision RejectedInvalidContext for err, keeping its
+// cause (logs and metrics only: the client sees one uniform answer).
+func (ev *evaluation) reject(err error) {
+	ev.d.State, ev.d.Cause, ev.err = domain.RejectedInvalidContext, domain.CauseDimensionInvalid, err
+	var ce *domain.ContextError
+	if errors.As(err, &ce) {
+		ev.d.Cause = ce.Cause
+	}
 }
 
 // Evaluate decides one request. The pipeline: validate the route and the
 // context (RejectedInvalidContext, the cause kept for logs and metrics);
-// resolve the profile; normalise and pseudonymise every identity; build
-// the keys, all under one hash tag; call the store under the deadline when
-// the breaker is closed; otherwise, or when the call fails, apply the
-// degraded matrix; record the decision.
+// resolve the profile and the plan; normalise and pseudonymise every
+// identity; build the keys, all under one hash tag (docs/adr/004); repeat a
+// refusal the store gave moments ago for the same key set while it still
+// holds (Source SourceRefusalCache); call the store under
+// Config.StoreTimeout when the breaker is closed; otherwise, or when the
+// call fails, apply the degraded matrix (Decision.Degraded); record the
+// decision.
 //
 // The returned Decision is always complete and terminal. The error is
 // non-nil only when recording failed (the decision or a health transition
@@ -220,66 +308,60 @@ type evaluation struct {
 // are not errors: they are decisions, and the Recorder receives their
 // error.
 //
-// When none of the profile's dimensions applies to the request (e.g. a
+// When none of the profile's windows applies to the request (e.g. a
 // profile with user windows only and an anonymous request), nothing is
-// counted: the decision is Allowed with Limit 0 and Remaining -1.
+// counted: the decision is Allowed, Cause no_window, Limit 0, Remaining -1.
 func (l *Limiter) Evaluate(ctx context.Context, req Request) (domain.Decision, error) {
-	var ev evaluation
-	ev.now = l.clock.Now()
-	d, rec, transErr := l.decide(ctx, &ev, req)
-	rec.Decision = d
-	rec.TenantID = ev.tenantID
-	rec.ClientIP = req.ClientIP
-	rec.Route = req.Route
-	return d, errors.Join(transErr, l.rec.RecordDecision(ctx, rec))
+	ctx = l.startDecision(ctx)
+	ev := getEvaluation()
+	defer putEvaluation(ev)
+	l.begin(ev)
+	if err := l.prepare(ev, req); err != nil {
+		ev.reject(err)
+	} else {
+		l.run(ctx, ev)
+	}
+	return ev.d, l.record(ctx, ev, req.ClientIP, req.Route)
 }
 
-// decide runs the pipeline up to, and excluding, recording.
-func (l *Limiter) decide(ctx context.Context, ev *evaluation, req Request) (domain.Decision, ports.DecisionRecord, error) {
-	d := l.newDecision()
+func (l *Limiter) startDecision(ctx context.Context) context.Context {
+	if l.tracer == nil {
+		return ctx
+	}
+	return l.tracer.StartDecision(ctx)
+}
+
+// record hands the decision to the Recorder and returns what failed to be
+// recorded, if anything.
+func (l *Limiter) record(ctx context.Context, ev *evaluation, ip netip.Addr, route string) error {
+	err := l.rec.RecordDecision(ctx, ports.DecisionRecord{
+		Decision:     ev.d,
+		TenantID:     ev.tenantID,
+		ClientIP:     ip,
+		Route:        route,
+		StoreLatency: ev.latency,
+		Err:          ev.err,
+	})
+	if ev.transErr != nil {
+		return errors.Join(ev.transErr, err)
+	}
+	return err
+}
+
+// prepare resolves the route's profile and plan, checks the cost and
+// builds the keys of req.
+func (l *Limiter) prepare(ev *evaluation, req Request) error {
 	p, err := l.profiles.resolve(req.Route)
 	if err != nil {
-		return reject(d, err)
+		return err
 	}
-	ev.prof = p
-	ev.action, ev.capWindow, ev.routeKey = p.action, p.capWindow, p.Name
-	d.Profile, d.Family = p.Name, p.Family
-	if err := l.buildKeys(ev, req); err != nil {
-		return reject(d, err)
+	ev.d.Profile, ev.d.Family = p.Name, p.Family
+	id, err := l.identify(req)
+	if err != nil {
+		return err
 	}
-	if ev.n == 0 {
-		d.State, d.Remaining = domain.Allowed, -1
-		return d, ports.DecisionRecord{}, nil
-	}
-	return l.run(ctx, ev, d)
-}
-
-// newDecision starts a decision with nothing checked.
-func (l *Limiter) newDecision() domain.Decision {
-	return domain.Decision{
-		TenantRemaining: -1,
-		UserRemaining:   -1,
-		SystemState:     l.SystemState(),
-		Shadow:          l.cfg.ShadowMode,
-	}
-}
-
-// reject turns a context error into RejectedInvalidContext.
-func reject(d domain.Decision, err error) (domain.Decision, ports.DecisionRecord, error) {
-	d.State, d.Cause = domain.RejectedInvalidContext, domain.CauseDimensionInvalid
-	var ce *domain.ContextError
-	if errors.As(err, &ce) {
-		d.Cause = ce.Cause
-	}
-	return d, ports.DecisionRecord{Err: err}, nil
-}
-
-// buildKeys normalises and pseudonymises the identities and builds the
-// store limits of ev.prof. Every identity given is validated, even one the
-// profile does not count, so that a malformed request is refused the same
-// way on every route.
-func (l *Limiter) buildKeys(ev *evaluation, req Request) error {
-	p := ev.prof
+	p = l.planned(p, id)
+	ev.d.Plan = p.plan
 	cost := req.Cost
 	if cost == 0 {
 		cost = p.Cost
@@ -287,123 +369,123 @@ func (l *Limiter) buildKeys(ev *evaluation, req Request) error {
 	if cost < 1 || cost > p.minLimit {
 		return &domain.ContextError{Cause: domain.CauseInvalidLimit, Detail: "request cost outside 1..smallest limit"}
 	}
-	ip, err := domain.NormaliseIP(req.ClientIP)
-	if err != nil {
-		return err
-	}
-	var user, apiKey, tenant string
-	for _, f := range []struct {
-		raw string
-		dst *string
-	}{{req.User, &user}, {req.APIKey, &apiKey}, {req.Tenant, &tenant}} {
-		if f.raw == "" {
-			continue
-		}
-		if *f.dst, err = domain.NormaliseIdentifier(f.raw); err != nil {
-			return err
-		}
-	}
-	ipID := l.pseudo.Pseudonymise(domain.DimensionIP, ip)
-	ev.tag, ev.capDim, ev.capID = ipID, domain.DimensionIP, ipID
-	if tenant != "" {
-		ev.tenantID = l.pseudo.Pseudonymise(domain.DimensionTenant, tenant)
-		ev.tag = ev.tenantID
-	}
-	var userID, apiKeyID string
-	if user != "" {
-		userID = l.pseudo.Pseudonymise(domain.DimensionUser, user)
-		ev.capDim, ev.capID = domain.DimensionUser, userID
-	}
-	for _, dw := range p.Dimensions {
-		id, routeKey := "", p.Name
-		switch dw.Dimension {
-		case domain.DimensionIP:
-			id = ipID
-		case domain.DimensionUser:
-			id = userID
-		case domain.DimensionAPIKey:
-			if apiKey != "" && apiKeyID == "" {
-				apiKeyID = l.pseudo.Pseudonymise(domain.DimensionAPIKey, apiKey)
-			}
-			id = apiKeyID
-		case domain.DimensionTenant:
-			id = ev.tenantID
-		case domain.DimensionTenantGlobal:
-			id, routeKey = ev.tenantID, domain.GlobalRouteKey
-		}
-		if id == "" {
-			continue // the request lacks this identity
-		}
-		for _, w := range dw.Windows {
-			ev.limits[ev.n] = domain.Limit{
-				Key:    domain.KeyParts{Tag: ev.tag, Dimension: dw.Dimension, ID: id, RouteKey: routeKey, Window: w.Name}.Key(),
-				Window: w,
-				Cost:   cost,
-			}
-			ev.meta[ev.n] = keyed{dim: dw.Dimension, window: w}
-			ev.n++
-		}
-	}
+	ev.tenantID = id.tenant
+	ev.action, ev.capWindow, ev.routeKey = p.action, p.capWindow, p.Name
+	ev.capDim, ev.capID = id.client()
+	ev.addProfileKeys(p, id, cost)
 	return nil
 }
 
-// run calls the primary store when the breaker is closed, and the degraded
-// matrix otherwise or on failure.
-func (l *Limiter) run(ctx context.Context, ev *evaluation, d domain.Decision) (domain.Decision, ports.DecisionRecord, error) {
-	if l.BreakerOpen() {
-		return l.degraded(ctx, ev, d, domain.CauseBreakerOpen, nil)
+// planned returns the plan variant of p for the request's identities: the
+// api key's plan, else the tenant's, else p itself.
+func (l *Limiter) planned(p *profile, id identity) *profile {
+	for _, pl := range []*plan{l.keyPlans[id.apiKey], l.tenantPlans[id.tenant]} {
+		if pl != nil {
+			if v, ok := pl.profiles[p.Name]; ok {
+				return v
+			}
+			return p
+		}
 	}
-	limits := ev.limits[:ev.n]
-	sctx, cancel := context.WithTimeout(ctx, l.cfg.StoreTimeout)
-	start := l.clock.Now()
-	res, err := l.store.Evaluate(sctx, ev.now, limits)
-	latency := l.clock.Now().Sub(start)
-	cancel()
-	l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: ports.OpEvaluate, Start: start, Latency: latency, Keys: len(limits), Err: err})
+	return p
+}
+
+// run decides an evaluation whose keys are built: from the refusal cache,
+// the primary store, or the degraded matrix.
+func (l *Limiter) run(ctx context.Context, ev *evaluation) {
+	if ev.n == 0 {
+		ev.d.State, ev.d.Cause, ev.d.Remaining = domain.Allowed, domain.CauseNoWindow, -1
+		return
+	}
+	if l.refusals.repeat(ev) {
+		return
+	}
+	if l.BreakerOpen() {
+		l.degraded(ctx, ev, domain.CauseBreakerOpen, nil)
+		return
+	}
+	res, start, err := l.callStore(ctx, ev, ports.OpEvaluate)
 	if err == nil {
 		l.failures.Store(0)
-		d = l.fromResult(ev, d, &res)
-		return d, ports.DecisionRecord{StoreLatency: latency}, nil
+		l.fromResult(ev, &res, domain.SourcePrimary)
+		if !res.Allowed {
+			l.refusals.remember(ev, start.Add(res.RetryAfter))
+		}
+		return
 	}
 	var le *domain.LimitError
 	if errors.As(err, &le) {
-		// The store refused the request shape: a defect, not an outage, so
+		// The store refused the request's shape: a defect, not an outage, so
 		// the breaker does not count it.
-		d.Cause = domain.CauseInvalidLimit
-		d.State = domain.RejectedInvalidContext
-		return d, ports.DecisionRecord{Err: err, StoreLatency: latency}, nil
+		ev.d.State, ev.d.Cause, ev.err = domain.RejectedInvalidContext, domain.CauseInvalidLimit, err
+		return
 	}
 	cause := domain.CauseStoreUnavailable
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, domain.ErrStoreTimeout) {
+	if errors.Is(err, domain.ErrStoreTimeout) {
 		cause = domain.CauseStoreTimeout
 	}
-	var transErr error
 	// A caller that gave up is not the store's failure.
 	if ctx.Err() == nil {
-		transErr = l.inBandFailure(ctx)
+		ev.transErr = l.inBandFailure(ctx)
 	}
-	d, rec, err2 := l.degraded(ctx, ev, d, cause, err)
-	rec.StoreLatency = latency
-	return d, rec, errors.Join(transErr, err2)
+	l.degraded(ctx, ev, cause, err)
 }
 
-// fromResult maps a store result to a decision.
-func (l *Limiter) fromResult(ev *evaluation, d domain.Decision, res *domain.Result) domain.Decision {
-	d.State, d.Cause = domain.Allowed, domain.CauseNone
+// callStore calls the primary store under the one store deadline and
+// records the call. Every failure comes back classified: a missed
+// deadline, whoever set it, wraps domain.ErrStoreTimeout.
+func (l *Limiter) callStore(ctx context.Context, ev *evaluation, op ports.StoreOp) (domain.Result, time.Time, error) {
+	limits := ev.limits[:ev.n]
+	sctx, cancel := context.WithTimeout(ctx, l.cfg.StoreTimeout)
+	start := l.clock.Now()
+	var res domain.Result
+	var err error
+	if op == ports.OpPeek {
+		res, err = l.store.Peek(sctx, ev.now, limits)
+	} else {
+		res, err = l.store.Evaluate(sctx, ev.now, limits)
+	}
+	ev.latency = l.clock.Now().Sub(start)
+	cancel()
+	err = classify(err)
+	l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: op, Start: start, Latency: ev.latency, Keys: ev.n, Err: err})
+	return res, start, err
+}
+
+// classify gives a store error its code: a deadline that passed is a
+// store timeout whichever context carried it, and an error with no code of
+// its own is the store being unavailable. A cancellation stays one.
+func classify(err error) error {
+	switch {
+	case err == nil, domain.CodeOf(err) != "", errors.Is(err, context.Canceled):
+		return err
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: %w", domain.ErrStoreTimeout, err)
+	}
+	return fmt.Errorf("%w: %w", domain.ErrStoreUnavailable, err)
+}
+
+// fromResult maps a store result to the decision.
+func (l *Limiter) fromResult(ev *evaluation, res *domain.Result, src domain.Source) {
+	d := &ev.d
+	d.State, d.Cause, d.Source = domain.Allowed, domain.CauseNone, src
 	if !res.Allowed {
 		d.State, d.Cause = domain.Throttled, domain.CauseLimitExceeded
 	}
-	lim := ev.meta[res.Limiting]
-	d.Limit = lim.window.Limit
-	d.Remaining = res.Remaining
-	d.RetryAfter = res.RetryAfter
-	d.ResetAfter = res.ResetAfter
-	d.LimitingDimension = lim.dim
-	d.LimitingWindow = lim.window.Name
-	d.LimitingPeriod = lim.window.Period
-	d.Layer = lim.dim.Layer()
+	lim := &ev.limits[res.Limiting]
+	d.Limit = lim.Window.Limit
+	d.Remaining, d.RetryAfter, d.ResetAfter = res.Remaining, res.RetryAfter, res.ResetAfter
+	d.LimitingDimension = ev.dims[res.Limiting]
+	d.LimitingWindow, d.LimitingPeriod = lim.Window.Name, lim.Window.Period
+	d.Layer = d.LimitingDimension.Layer()
+	d.Windows = domain.WindowChecks{}
 	for i, st := range res.Statuses() {
-		switch ev.meta[i].dim.Layer() {
+		dim := ev.dims[i]
+		d.Windows.Add(domain.WindowCheck{
+			Dimension: dim, Window: ev.limits[i].Window, Allowed: st.Allowed,
+			Remaining: st.Remaining, RetryAfter: st.RetryAfter, ResetAfter: st.ResetAfter,
+		})
+		switch dim.Layer() {
 		case domain.LayerTenant:
 			d.TenantRemaining = minRemaining(d.TenantRemaining, st.Remaining)
 		case domain.LayerUser:
@@ -411,7 +493,6 @@ func (l *Limiter) fromResult(ev *evaluation, d domain.Decision, res *domain.Resu
 		}
 	}
 	d.SystemState = l.SystemState()
-	return d
 }
 
 // minRemaining is min for per-layer remaining, where -1 means unchecked.
@@ -422,51 +503,64 @@ func minRemaining(cur, v int64) int64 {
 	return cur
 }
 
-// degraded applies the degraded matrix: the store could not answer
-// (cause), or the breaker is open. storeErr is the failure, if any, kept
-// for the Recorder.
-func (l *Limiter) degraded(ctx context.Context, ev *evaluation, d domain.Decision, cause domain.Cause, storeErr error) (domain.Decision, ports.DecisionRecord, error) {
-	rec := ports.DecisionRecord{Err: storeErr}
-	d.SystemState = l.SystemState()
-	deny := func(cause domain.Cause, retry time.Duration) domain.Decision {
-		d.State, d.Cause, d.RetryAfter = domain.DeniedDegraded, cause, max(retry, domain.DeniedRetryAfter)
-		return d
-	}
+// degraded applies the degraded matrix (docs/adr/005): the store could not
+// answer (cause), or the breaker is open. storeErr is the failure, if any,
+// kept for the Recorder.
+func (l *Limiter) degraded(ctx context.Context, ev *evaluation, cause domain.Cause, storeErr error) {
+	ev.err = storeErr
 	switch ev.action {
 	case domain.ActionBypass:
-		// The cap is counted per instance on the fallback store, per
-		// (profile, client): it bounds what one client can replay while
-		// the shared store is out (seed PD-172 R-08).
-		capLimit := [1]domain.Limit{{
-			Key:    domain.KeyParts{Tag: ev.capID, Dimension: ev.capDim, ID: ev.capID, RouteKey: ev.routeKey, Window: capWindowName}.Key(),
-			Window: ev.capWindow,
-			Cost:   1,
-		}}
-		res, err := l.fallback.Evaluate(ctx, ev.now, capLimit[:])
-		if err != nil {
-			// Without its cap a bypass is unbounded: fail closed.
-			rec.Err = errors.Join(storeErr, err)
-			return deny(cause, 0), rec, nil
-		}
-		d.Limit, d.Remaining = ev.capWindow.Limit, res.Remaining
-		d.ResetAfter = res.ResetAfter
-		d.LimitingDimension, d.LimitingWindow, d.LimitingPeriod = ev.capDim, capWindowName, ev.capWindow.Period
-		d.Layer = domain.LayerNone
-		if !res.Allowed {
-			return deny(domain.CauseLocalCapExceeded, res.RetryAfter), rec, nil
-		}
-		d.State, d.Cause = domain.BypassDegraded, cause
-		return d, rec, nil
+		l.bypass(ctx, ev, cause)
 	case domain.ActionLocal:
 		res, err := l.fallback.Evaluate(ctx, ev.now, ev.limits[:ev.n])
 		if err != nil {
-			rec.Err = errors.Join(storeErr, err)
-			return deny(cause, 0), rec, nil
+			ev.err = errors.Join(storeErr, err)
+			ev.deny(cause, 0)
+			break
 		}
-		d = l.fromResult(ev, d, &res)
-		d.Cause = domain.CauseLocalLimit
-		return d, rec, nil
+		l.fromResult(ev, &res, domain.SourceFallback)
+		ev.d.Cause = domain.CauseLocalLimit
 	default:
-		return deny(cause, 0), rec, nil
+		ev.deny(cause, 0)
 	}
+	ev.d.Degraded = true
+	ev.d.SystemState = l.SystemState()
+}
+
+// bypass lets the request through under the per-instance cap, counted on
+// the fallback store per (profile, client): it bounds what one client can
+// replay while the shared store is out.
+func (l *Limiter) bypass(ctx context.Context, ev *evaluation, cause domain.Cause) {
+	capLimit := [1]domain.Limit{{
+		Key:    domain.KeyParts{Tag: ev.capID, Dimension: ev.capDim, ID: ev.capID, RouteKey: ev.routeKey, Window: capWindowName}.Key(),
+		Window: ev.capWindow,
+		Cost:   1,
+	}}
+	res, err := l.fallback.Evaluate(ctx, ev.now, capLimit[:])
+	if err != nil {
+		// Without its cap a bypass is unbounded: fail closed.
+		ev.err = errors.Join(ev.err, err)
+		ev.deny(cause, 0)
+		return
+	}
+	d := &ev.d
+	st := res.Status(0)
+	d.Source = domain.SourceFallback
+	d.Limit, d.Remaining, d.ResetAfter = ev.capWindow.Limit, res.Remaining, res.ResetAfter
+	d.LimitingDimension, d.LimitingWindow, d.LimitingPeriod = ev.capDim, capWindowName, ev.capWindow.Period
+	d.Layer = domain.LayerNone
+	d.Windows = domain.WindowChecks{}
+	d.Windows.Add(domain.WindowCheck{Dimension: ev.capDim, Window: ev.capWindow, Allowed: st.Allowed,
+		Remaining: st.Remaining, RetryAfter: st.RetryAfter, ResetAfter: st.ResetAfter})
+	if !res.Allowed {
+		ev.deny(domain.CauseLocalCapExceeded, res.RetryAfter)
+		return
+	}
+	d.State, d.Cause = domain.BypassDegraded, cause
+}
+
+// deny makes the decision DeniedDegraded, retrying after retry or the
+// fail-closed minimum, whichever is longer.
+func (ev *evaluation) deny(cause domain.Cause, retry time.Duration) {
+	ev.d.State, ev.d.Cause, ev.d.RetryAfter = domain.DeniedDegraded, cause, max(retry, domain.DeniedRetryAfter)
 }

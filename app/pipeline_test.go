@@ -105,7 +105,7 @@ func TestEvaluateMapsTheResult(t *testing.T) {
 	r.clock.Advance(time.Second)
 	assert.Equal(t, domain.Allowed, r.eval(t, req).State)
 	assert.Equal(t, 7, r.rec.count(), "every decision is recorded")
-	assert.Equal(t, 7, r.rec.latencies, "every store call's latency is observed")
+	assert.Equal(t, 7, r.rec.storeCalls(), "every store call's latency is observed")
 }
 
 func TestEvaluateCost(t *testing.T) {
@@ -190,6 +190,74 @@ func TestEvaluateWithoutApplicableDimension(t *testing.T) {
 	assert.Zero(t, d.Limit)
 	assert.Zero(t, r.store.calls.Load())
 	assert.Equal(t, 1, r.rec.count())
+	// A filed defect: this decision had the cause "", outside the closed
+	// set that metric labels rely on.
+	assert.Equal(t, domain.CauseNoWindow, d.Cause)
+	assert.Contains(t, domain.Causes(), d.Cause)
+	assert.Equal(t, domain.SourceNone, d.Source)
+	assert.Zero(t, d.Windows.Len())
+}
+
+// TestDecisionListsEveryWindow: a decision carries every window it
+// checked with its own status (the source of the RateLimit headers), says
+// where its counts come from, and is not degraded.
+func TestDecisionListsEveryWindow(t *testing.T) {
+	r := newRig(t, nil)
+	d := r.eval(t, fullRequest(routeRead))
+	require.Equal(t, domain.Allowed, d.State)
+	assert.Equal(t, domain.SourcePrimary, d.Source)
+	assert.False(t, d.Degraded)
+	require.Equal(t, 9, d.Windows.Len())
+	dims := map[domain.Dimension]int{}
+	for _, w := range d.Windows.All() {
+		dims[w.Dimension]++
+		assert.True(t, w.Allowed)
+		assert.Equal(t, w.Window.Limit-1, w.Remaining, "%s %s", w.Dimension, w.Window.Name)
+		assert.Positive(t, w.ResetAfter)
+	}
+	assert.Equal(t, map[domain.Dimension]int{domain.DimensionIP: 2, domain.DimensionUser: 2, domain.DimensionAPIKey: 2, domain.DimensionTenant: 2, domain.DimensionTenantGlobal: 1}, dims)
+
+	// Without the tenant the user's windows count under the user's own tag
+	// (docs/adr/004): a fresh burst of 5.
+	req := app.Request{Route: routeRead, ClientIP: rawIP, User: rawUser}
+	for range 5 {
+		r.eval(t, req)
+	}
+	d = r.eval(t, req)
+	require.Equal(t, domain.Throttled, d.State)
+	refused := 0
+	for _, w := range d.Windows.All() {
+		if !w.Allowed {
+			refused++
+			assert.Equal(t, "burst", w.Window.Name)
+			assert.Equal(t, domain.DimensionUser, w.Dimension)
+			assert.Equal(t, d.RetryAfter, w.RetryAfter)
+		}
+	}
+	assert.Equal(t, 1, refused)
+}
+
+// TestEveryCauseIsInTheClosedSet drives a decision down every path and
+// checks that each carries a cause from domain.Causes().
+func TestEveryCauseIsInTheClosedSet(t *testing.T) {
+	r := newRig(t, func(c *app.Config) { c.BreakerFailures = 1 })
+	reqs := []app.Request{
+		fullRequest(routeRead), {Route: routeLogin, ClientIP: rawIP},
+		{Route: "bad route", ClientIP: rawIP}, {Route: "/unknown", ClientIP: rawIP}, {Route: routeRead},
+		{Route: routeRead, ClientIP: rawIP, User: "\x00"}, {Route: routeRead, ClientIP: rawIP, Cost: 1 << 40},
+	}
+	for range 5 {
+		reqs = append(reqs, app.Request{Route: routeLogin, ClientIP: rawIP})
+	}
+	for _, req := range reqs {
+		r.eval(t, req)
+	}
+	r.store.mode.Store(unavailable)
+	r.eval(t, fullRequest(routeRead))
+	r.eval(t, fullRequest(routeRead))
+	for _, rec := range r.rec.Decisions() {
+		assert.Contains(t, domain.Causes(), rec.Decision.Cause, "%s", rec.Decision.State)
+	}
 }
 
 func TestRecorderErrorIsReturned(t *testing.T) {
@@ -255,6 +323,22 @@ func TestStoreTimeoutAndDefects(t *testing.T) {
 		assert.Equal(t, domain.CauseStoreTimeout, d.Cause)
 		assert.Equal(t, domain.DeniedRetryAfter, d.RetryAfter)
 		assert.ErrorIs(t, r.rec.last().Err, domain.ErrStoreTimeout)
+	})
+	t.Run("the limiter's own deadline, a bare context error", func(t *testing.T) {
+		// A filed defect: when the Limiter's deadline fired first, the store
+		// returned ctx.Err() and the recorded error carried no code.
+		r := newRig(t, func(c *app.Config) { c.StoreTimeout = time.Millisecond })
+		r.store.mode.Store(hangBare)
+		d := r.eval(t, app.Request{Route: routeLogin, ClientIP: rawIP})
+		assert.Equal(t, domain.CauseStoreTimeout, d.Cause)
+		assert.True(t, d.Degraded)
+		err := r.rec.last().Err
+		assert.ErrorIs(t, err, domain.ErrStoreTimeout)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, domain.CodeStoreTimeout, domain.CodeOf(err))
+		calls := r.rec.StoreCalls()
+		require.NotEmpty(t, calls)
+		assert.Equal(t, domain.CodeStoreTimeout, domain.CodeOf(calls[len(calls)-1].Err), "the store call is recorded with its code")
 	})
 	t.Run("store refuses the request shape", func(t *testing.T) {
 		r := newRig(t, nil)

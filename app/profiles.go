@@ -1,6 +1,8 @@
 package app
 
 import (
+	"encoding"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -23,6 +25,9 @@ type profile struct {
 	// capWindow is the degraded local cap: DegradedCapFactor × burst per
 	// DegradedCapPeriod, counted with GCRA on the fallback store.
 	capWindow domain.Window
+	// plan names the plan this variant belongs to, "" for the profile's
+	// own limits.
+	plan string
 }
 
 // profileSet resolves route templates to profiles.
@@ -32,137 +37,200 @@ type profileSet struct {
 	// common case, a request carrying exactly a configured template, costs
 	// one map lookup and no allocation) and in canonical form.
 	routes map[string]*profile
+	// plans by name, with the raw identities assigned to them.
+	plans map[string]*plan
 }
 
 // buildProfiles turns a validated Config into a profileSet, checking the
 // rules that span fields: windows per dimension, costs against limits,
 // tenant-global windows agreeing across profiles, routes parsing and
-// belonging to one profile.
+// belonging to one profile, plans within their bounds.
 func buildProfiles(c Config) (*profileSet, error) {
 	matrix, err := c.matrix()
 	if err != nil {
 		return nil, err
 	}
 	set := &profileSet{byName: map[string]*profile{}, routes: map[string]*profile{}}
-	type globalWindow struct {
-		w       domain.Window
-		profile string
-	}
-	globals := map[string]globalWindow{}
+	globals := globalWindows{}
 	for _, pc := range c.Profiles {
-		path := "profiles[" + pc.Name + "]"
-		fam, err := domain.ParseRouteFamily(pc.Family)
+		p, err := buildProfile(pc, matrix, globals)
 		if err != nil {
-			return nil, &domain.ConfigError{Field: path + ".family", Reason: err.Error()}
+			return nil, err
 		}
-		p := &profile{action: matrix.Action(fam)}
-		p.Name, p.Family, p.Cost = pc.Name, fam, max(pc.Cost, 1)
-		total := 0
-		for _, dw := range []struct {
-			dim     domain.Dimension
-			windows []WindowConfig
-		}{
-			{domain.DimensionIP, pc.Windows.IP},
-			{domain.DimensionUser, pc.Windows.User},
-			{domain.DimensionAPIKey, pc.Windows.APIKey},
-			{domain.DimensionTenant, pc.Windows.Tenant},
-			{domain.DimensionTenantGlobal, pc.Windows.TenantGlobal},
-		} {
-			if len(dw.windows) == 0 {
-				continue
-			}
-			ws := make([]domain.Window, 0, len(dw.windows))
-			for i, wc := range dw.windows {
-				wpath := fmt.Sprintf("%s.windows.%s[%d]", path, dw.dim, i)
-				w, err := wc.window(wpath)
-				if err != nil {
-					return nil, err
-				}
-				if p.Cost > w.Limit {
-					return nil, &domain.ConfigError{Field: path + ".cost", Reason: fmt.Sprintf("%d exceeds the limit %d of %s: no request could ever pass", p.Cost, w.Limit, wpath)}
-				}
-				if dw.dim == domain.DimensionTenantGlobal {
-					if g, ok := globals[w.Name]; ok && g.w != w {
-						return nil, &domain.ConfigError{Field: wpath, Reason: fmt.Sprintf("tenant_global window %q differs from the one in profile %q: both count on the same key", w.Name, g.profile)}
-					}
-					globals[w.Name] = globalWindow{w, pc.Name}
-				}
-				if p.minLimit == 0 || w.Limit < p.minLimit {
-					p.minLimit = w.Limit
-				}
-				ws = append(ws, w)
-			}
-			total += len(ws)
-			p.Dimensions = append(p.Dimensions, domain.DimensionWindows{Dimension: dw.dim, Windows: ws})
-		}
-		switch {
-		case total == 0:
-			return nil, &domain.ConfigError{Field: path + ".windows", Reason: "needs at least one window"}
-		case total > domain.MaxLimits:
-			return nil, &domain.ConfigError{Field: path + ".windows", Reason: fmt.Sprintf("%d windows, at most %d", total, domain.MaxLimits)}
-		}
-		p.capWindow = domain.Window{
-			Name:      capWindowName,
-			Limit:     min(domain.DegradedCapFactor*p.BurstLimit(), domain.MaxLimit),
-			Period:    domain.DegradedCapPeriod,
-			Algorithm: domain.GCRA,
-		}
-		for i, r := range pc.Routes {
-			method, rpath, err := parseRoute(r)
-			if err != nil {
-				return nil, &domain.ConfigError{Field: path + ".routes[" + strconv.Itoa(i) + "]", Reason: err.Error()}
-			}
-			canon := routeKey(method, rpath)
-			if other, ok := set.routes[canon]; ok {
-				return nil, &domain.ConfigError{Field: path + ".routes[" + strconv.Itoa(i) + "]", Reason: fmt.Sprintf("route %q is already limited by profile %q", r, other.Name)}
-			}
-			set.routes[canon] = p
-			set.routes[r] = p
+		if err := set.addRoutes(p, pc.Routes); err != nil {
+			return nil, err
 		}
 		set.byName[p.Name] = p
+	}
+	if err := checkFacade(c.Facade); err != nil {
+		return nil, err
+	}
+	if set.plans, err = buildPlans(c, set); err != nil {
+		return nil, err
 	}
 	return set, nil
 }
 
-// matrix parses the degraded matrix.
-func (c Config) matrix() (domain.DegradedMatrix, error) {
-	var m domain.DegradedMatrix
-	for _, cell := range []struct {
-		field string
-		v     string
-		dst   *domain.DegradedAction
-	}{
-		{"degraded.read", c.Degraded.Read, &m.Read},
-		{"degraded.auth", c.Degraded.Auth, &m.Auth},
-		{"degraded.costly", c.Degraded.Costly, &m.Costly},
-	} {
-		a, err := domain.ParseDegradedAction(cell.v)
-		if err != nil {
-			return m, &domain.ConfigError{Field: cell.field, Reason: err.Error()}
+// buildProfile converts and checks one profile.
+func buildProfile(pc ProfileConfig, matrix domain.DegradedMatrix, globals globalWindows) (*profile, error) {
+	path := "profiles[" + pc.Name + "]"
+	if err := checkEnum(path+".family", pc.Family); err != nil {
+		return nil, err
+	}
+	p := &profile{action: matrix.Action(pc.Family)}
+	p.Name, p.Family, p.Cost = pc.Name, pc.Family, max(pc.Cost, 1)
+	for _, dw := range dimensionWindows(pc.Windows) {
+		if len(dw.windows) == 0 {
+			continue
 		}
-		*cell.dst = a
+		ws := make([]domain.Window, 0, len(dw.windows))
+		for i, wc := range dw.windows {
+			wpath := fmt.Sprintf("%s.windows.%s[%d]", path, dw.dim, i)
+			w, err := wc.window(wpath)
+			if err != nil {
+				return nil, err
+			}
+			if dw.dim == domain.DimensionTenantGlobal {
+				if err := globals.check(w, pc.Name, wpath); err != nil {
+					return nil, err
+				}
+			}
+			ws = append(ws, w)
+		}
+		p.Dimensions = append(p.Dimensions, domain.DimensionWindows{Dimension: dw.dim, Windows: ws})
+	}
+	if err := p.finish(path); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// finish checks the windows as a whole and derives minLimit and the
+// degraded cap.
+func (p *profile) finish(path string) error {
+	total := 0
+	p.minLimit = 0
+	for _, d := range p.Dimensions {
+		for i, w := range d.Windows {
+			total++
+			if p.minLimit == 0 || w.Limit < p.minLimit {
+				p.minLimit = w.Limit
+			}
+			if p.Cost > w.Limit {
+				return &domain.ConfigError{Field: path + ".cost", Reason: fmt.Sprintf("%d exceeds the limit %d of %s.windows.%s[%d]: no request could ever pass", p.Cost, w.Limit, path, d.Dimension, i)}
+			}
+		}
+	}
+	switch {
+	case total == 0:
+		return &domain.ConfigError{Field: path + ".windows", Reason: "needs at least one window"}
+	case total > domain.MaxLimits:
+		return &domain.ConfigError{Field: path + ".windows", Reason: fmt.Sprintf("%d windows, at most %d", total, domain.MaxLimits)}
+	}
+	p.capWindow = capWindow(p.BurstLimit())
+	return nil
+}
+
+// capWindow is the degraded local cap for a burst limit.
+func capWindow(burst int64) domain.Window {
+	return domain.Window{
+		Name:      capWindowName,
+		Limit:     min(domain.DegradedCapFactor*burst, domain.MaxLimit),
+		Period:    domain.DegradedCapPeriod,
+		Algorithm: domain.GCRA,
+	}
+}
+
+type dimWindows struct {
+	dim     domain.Dimension
+	windows []WindowConfig
+}
+
+// dimensionWindows lists a profile's windows in key-building order.
+func dimensionWindows(w WindowsConfig) []dimWindows {
+	return []dimWindows{
+		{domain.DimensionIP, w.IP},
+		{domain.DimensionUser, w.User},
+		{domain.DimensionAPIKey, w.APIKey},
+		{domain.DimensionTenant, w.Tenant},
+		{domain.DimensionTenantGlobal, w.TenantGlobal},
+	}
+}
+
+// globalWindows remembers each tenant_global window by name: every profile
+// counts it on the same key, so every profile must mean the same window.
+type globalWindows map[string]struct {
+	w       domain.Window
+	profile string
+}
+
+func (g globalWindows) check(w domain.Window, profile, path string) error {
+	if prev, ok := g[w.Name]; ok && prev.w != w {
+		return &domain.ConfigError{Field: path, Reason: fmt.Sprintf("tenant_global window %q differs from the one in profile %q: both count on the same key", w.Name, prev.profile)}
+	}
+	g[w.Name] = struct {
+		w       domain.Window
+		profile string
+	}{w, profile}
+	return nil
+}
+
+// addRoutes maps each of the profile's routes to it.
+func (s *profileSet) addRoutes(p *profile, routes []string) error {
+	for i, r := range routes {
+		field := "profiles[" + p.Name + "].routes[" + strconv.Itoa(i) + "]"
+		method, rpath, err := parseRoute(r)
+		if err != nil {
+			return &domain.ConfigError{Field: field, Reason: err.Error()}
+		}
+		canon := routeKey(method, rpath)
+		if other, ok := s.routes[canon]; ok {
+			return &domain.ConfigError{Field: field, Reason: fmt.Sprintf("route %q is already limited by profile %q", r, other.Name)}
+		}
+		s.routes[canon] = p
+		s.routes[r] = p
+	}
+	return nil
+}
+
+// matrix checks and returns the degraded matrix.
+func (c Config) matrix() (domain.DegradedMatrix, error) {
+	m := domain.DegradedMatrix{Read: c.Degraded.Read, Auth: c.Degraded.Auth, Costly: c.Degraded.Costly}
+	for field, a := range map[string]domain.DegradedAction{"degraded.read": m.Read, "degraded.auth": m.Auth, "degraded.costly": m.Costly} {
+		if err := checkEnum(field, a); err != nil {
+			return m, err
+		}
 	}
 	return m, nil
 }
 
+// checkEnum refuses a value outside its closed set (possible only in a
+// Config built in code: YAML names are checked when decoded).
+func checkEnum(field string, v encoding.TextMarshaler) error {
+	if _, err := v.MarshalText(); err != nil {
+		return &domain.ConfigError{Field: field, Reason: "unknown value", Err: err}
+	}
+	return nil
+}
+
 // window converts and checks one window.
 func (wc WindowConfig) window(path string) (domain.Window, error) {
-	alg, err := domain.ParseAlgorithm(wc.Algorithm)
-	if err != nil {
-		return domain.Window{}, &domain.ConfigError{Field: path + ".algorithm", Reason: err.Error()}
+	w := domain.Window{Name: wc.Name, Limit: wc.Limit, Period: wc.Period, Algorithm: wc.Algorithm}
+	return w, windowError(path, w.Validate())
+}
+
+// windowError turns a window's validation error into a ConfigError on its
+// field.
+func windowError(path string, err error) error {
+	if err == nil {
+		return nil
 	}
-	w := domain.Window{Name: wc.Name, Limit: wc.Limit, Period: wc.Period, Algorithm: alg}
-	if err := w.Validate(); err != nil {
-		ce := &domain.ConfigError{Field: path, Reason: "is not a valid window", Err: err}
-		if le, ok := err.(*domain.LimitError); ok {
-			ce.Field, ce.Reason = path+"."+le.Field, le.Reason
-			if le.Field == "limit" && w.Limit < 1 {
-				ce.Err = ErrZeroLimit
-			}
-		}
-		return domain.Window{}, ce
+	ce := &domain.ConfigError{Field: path, Reason: "is not a valid window", Err: err}
+	var le *domain.LimitError
+	if errors.As(err, &le) {
+		ce.Field, ce.Reason = path+"."+le.Field, le.Reason
 	}
-	return w, nil
+	return ce
 }
 
 // resolve returns the profile of a route template, or a *ContextError:
@@ -194,7 +262,7 @@ func (s *profileSet) resolve(route string) (*profile, error) {
 // It accepts net/http ServeMux patterns ("[METHOD ][HOST]/path/{id}"),
 // Express-style templates ("/path/:id") and gRPC full methods
 // ("/pkg.Service/Method"). ServeMux wildcards are rewritten in the Express
-// form that seed PD-172's route pattern admits — the pattern has no room
+// form that the route pattern of docs/adr/005 admits — the pattern has no room
 // for braces: {id} → :id, {rest...} → :rest*, and {$} is dropped. A host
 // is dropped too: profiles are per path.
 func parseRoute(s string) (method, path string, err error) {
@@ -270,7 +338,7 @@ func routeKey(method, path string) string {
 	return method + " " + path
 }
 
-// CheckRoutes is the boot check of seed PD-172 §2.2: every exposed route
+// CheckRoutes is a boot check (docs/adr/005): every exposed route
 // (ServeMux patterns, gRPC full methods) must resolve to a profile. It
 // returns a *domain.ConfigError wrapping ErrRouteWithoutProfile that lists
 // every route left without one. c must be valid.

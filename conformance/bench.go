@@ -19,12 +19,14 @@ import (
 // from GOMAXPROCS goroutines on the same keys (Parallel, the hot-tenant
 // case); and Peek with 9 keys.
 //
-// newStore is called once per sub-benchmark and registers its own cleanup,
-// as with Run. Every call is admitted in the serial runs: each key allows
+// newStore is called once per sub-benchmark with the sub-benchmark's
+// *testing.B and registers its own cleanup, as with Run. Every call is admitted in the serial runs: each key allows
 // 100 units per second and the scripted clock moves 10ms per call. In the
 // parallel runs calls may reach the store out of order, so a few can be
-// refused; the share is reported as refused/op.
-func Benchmark(b *testing.B, newStore func(b *testing.B) ports.Store) {
+// refused; the share is reported as refused/op. A store that reads its own
+// clock (Features.ServerTime) ignores the scripted one: its refused/op
+// says how many calls came faster than 100 per second per key.
+func Benchmark(b *testing.B, newStore func(t testing.TB) ports.Store) {
 	for _, n := range []int{1, 2, 9} {
 		for _, a := range algorithms {
 			for _, parallel := range []bool{false, true} {

@@ -17,37 +17,50 @@ import (
 // interval T = Period/Limit truncated to the microsecond) and written down
 // literally, so a store that merely shares a bug with the domain package
 // still fails.
+//
+// The cases that are not scripted send every request at t0 and use
+// windows of minutes, so they hold on a store that reads its own clock:
+// no unit can leave a window, or come back to GCRA, while they run.
 func cases() []testCase {
 	return []testCase{
-		{"SlidingLogAdmitsExactlyLimit", slidingLogAdmitsExactlyLimit},
-		{"GCRAAdmitsExactlyLimitAsBurst", gcraAdmitsExactlyLimitAsBurst},
-		{"SlidingLogUnitsLeaveExactlyOnePeriodLater", slidingLogUnitsLeaveExactlyOnePeriodLater},
-		{"SlidingLogRetryAfterWaitsForEnoughOldestUnits", slidingLogRetryAfterWaitsForEnoughOldestUnits},
-		{"SlidingLogResetAfterIsWhenNewestUnitLeaves", slidingLogResetAfterIsWhenNewestUnitLeaves},
-		{"GCRARetryAfterUsesTruncatedEmissionInterval", gcraRetryAfterUsesTruncatedEmissionInterval},
-		{"GCRARefillsOneUnitPerEmissionInterval", gcraRefillsOneUnitPerEmissionInterval},
-		{"GCRAEmissionIntervalIsAtLeastOneMicrosecond", gcraEmissionIntervalIsAtLeastOneMicrosecond},
-		{"GCRAHandlesTheLargestWindow", gcraHandlesTheLargestWindow},
-		{"CostConsumesThatManyUnits", costConsumesThatManyUnits},
-		{"CostThatDoesNotFitIsRefusedWhileSmallerCostPasses", costThatDoesNotFitIsRefusedWhileSmallerCostPasses},
-		{"KeysAreIsolated", keysAreIsolated},
-		{"AllOrNothingAcrossNineKeys", allOrNothingAcrossNineKeys},
-		{"SlidingLogAndGCRAInOneRequest", slidingLogAndGCRAInOneRequest},
-		{"RefusalReportsLongestRetryAfter", refusalReportsLongestRetryAfter},
-		{"AllowedReportsLeastRemaining", allowedReportsLeastRemaining},
-		{"PeekConsumesNothing", peekConsumesNothing},
-		{"PeekAgreesWithEvaluate", peekAgreesWithEvaluate},
-		{"ResetForgetsOnlyThatKey", resetForgetsOnlyThatKey},
-		{"ResetOfUnknownKeyIsNoError", resetOfUnknownKeyIsNoError},
-		{"ClockBackwardsNeverAdmitsMoreThanLimit", clockBackwardsNeverAdmitsMoreThanLimit},
-		{"ClockJitterNeverAdmitsMoreThanLimit", clockJitterNeverAdmitsMoreThanLimit},
-		{"CancelledContextIsAnErrorAndConsumesNothing", cancelledContextIsAnErrorAndConsumesNothing},
-		{"ExpiredDeadlineIsAnError", expiredDeadlineIsAnError},
-		{"InvalidRequestIsRejectedAndConsumesNothing", invalidRequestIsRejectedAndConsumesNothing},
-		{"RequestsAtTheBoundsAreAccepted", requestsAtTheBoundsAreAccepted},
-		{"ConcurrentRequestsOnOneKeyAdmitExactlyLimit", concurrentRequestsOnOneKeyAdmitExactlyLimit},
-		{"ConcurrentRequestsAcrossTwoKeysAreAllOrNothing", concurrentRequestsAcrossTwoKeysAreAllOrNothing},
-		{"ClosedStoreReturnsErrStoreClosed", closedStoreReturnsErrStoreClosed},
+		// At one instant: these hold on any clock.
+		{name: "SlidingLogAdmitsExactlyLimit", run: slidingLogAdmitsExactlyLimit},
+		{name: "GCRAAdmitsExactlyLimitAsBurst", run: gcraAdmitsExactlyLimitAsBurst},
+		{name: "GCRABurstCapacityUsesTruncatedEmissionInterval", run: gcraBurstCapacityUsesTruncatedEmissionInterval},
+		{name: "GCRAHandlesTheLargestWindow", run: gcraHandlesTheLargestWindow},
+		{name: "CostConsumesThatManyUnits", run: costConsumesThatManyUnits},
+		{name: "CostThatDoesNotFitIsRefusedWhileSmallerCostPasses", run: costThatDoesNotFitIsRefusedWhileSmallerCostPasses},
+		{name: "KeysAreIsolated", run: keysAreIsolated},
+		{name: "AllOrNothingAcrossNineKeys", run: allOrNothingAcrossNineKeys},
+		{name: "RefusalReportsLongestRetryAfter", run: refusalReportsLongestRetryAfter},
+		{name: "AllowedReportsLeastRemaining", run: allowedReportsLeastRemaining},
+		{name: "PeekConsumesNothing", run: peekConsumesNothing},
+		{name: "ResetForgetsOnlyThatKey", run: resetForgetsOnlyThatKey},
+		{name: "ResetOfUnknownKeyIsNoError", run: resetOfUnknownKeyIsNoError},
+		{name: "CancelledContextIsAnErrorAndConsumesNothing", run: cancelledContextIsAnErrorAndConsumesNothing},
+		{name: "ExpiredDeadlineIsAnError", run: expiredDeadlineIsAnError},
+		{name: "InvalidRequestIsRejectedAndConsumesNothing", run: invalidRequestIsRejectedAndConsumesNothing},
+		{name: "RequestsAtTheBoundsAreAccepted", run: requestsAtTheBoundsAreAccepted},
+		{name: "ConcurrentRequestsOnOneKeyAdmitExactlyLimit", run: concurrentRequestsOnOneKeyAdmitExactlyLimit},
+		{name: "ConcurrentRequestsAcrossTwoKeysAreAllOrNothing", run: concurrentRequestsAcrossTwoKeysAreAllOrNothing},
+		{name: "LimitsSliceIsNotKeptAfterTheCall", run: limitsSliceIsNotKeptAfterTheCall},
+		{name: "ClosedStoreReturnsErrStoreClosed", run: closedStoreReturnsErrStoreClosed},
+
+		// Timelines: they move the caller's clock.
+		{name: "SlidingLogUnitsLeaveExactlyOnePeriodLater", scripted: true, run: slidingLogUnitsLeaveExactlyOnePeriodLater},
+		{name: "SlidingLogRetryAfterWaitsForEnoughOldestUnits", scripted: true, run: slidingLogRetryAfterWaitsForEnoughOldestUnits},
+		{name: "SlidingLogResetAfterIsWhenNewestUnitLeaves", scripted: true, run: slidingLogResetAfterIsWhenNewestUnitLeaves},
+		{name: "GCRARetryAfterUsesTruncatedEmissionInterval", scripted: true, run: gcraRetryAfterUsesTruncatedEmissionInterval},
+		{name: "GCRARefillsOneUnitPerEmissionInterval", scripted: true, run: gcraRefillsOneUnitPerEmissionInterval},
+		{name: "GCRAEmissionIntervalIsAtLeastOneMicrosecond", scripted: true, run: gcraEmissionIntervalIsAtLeastOneMicrosecond},
+		{name: "MinPeriodWindowsRefillAfterOneMillisecond", scripted: true, run: minPeriodWindowsRefillAfterOneMillisecond},
+		{name: "SlidingLogAndGCRAInOneRequest", scripted: true, run: slidingLogAndGCRAInOneRequest},
+		{name: "PeekAgreesWithEvaluate", scripted: true, run: peekAgreesWithEvaluate},
+		{name: "ClockBackwardsNeverAdmitsMoreThanLimit", scripted: true, run: clockBackwardsNeverAdmitsMoreThanLimit},
+		{name: "ClockJitterNeverAdmitsMoreThanLimit", scripted: true, run: clockJitterNeverAdmitsMoreThanLimit},
+
+		// Beyond ports.Store: stores of one fleet.
+		{name: "TwoStoresShareTheirCounts", shared: true, run: twoStoresShareTheirCounts},
 	}
 }
 
@@ -62,45 +75,47 @@ func limitOf(key string, w domain.Window, cost int64) domain.Limit {
 	return domain.Limit{Key: key, Window: w, Cost: cost}
 }
 
-// forEachAlgorithm runs f once per algorithm, as a subtest named after it,
-// each with its own keys (the namespace is shared; the key names differ).
+// forEachAlgorithm runs f once per algorithm, as parallel subtests named
+// after it, each with its own keys (the namespace is shared; the key names
+// differ).
 func (e *env) forEachAlgorithm(f func(e *env, a domain.Algorithm)) {
 	for _, a := range algorithms {
-		e.t.Run(a.String(), func(t tb) { f(e.sub(t, a.String()+":"), a) })
+		e.t.Run(a.String(), func(t tb) {
+			t.Parallel()
+			f(e.sub(t, a.String()+":"), a)
+		})
 	}
 }
 
 func slidingLogAdmitsExactlyLimit(e *env) {
-	w := window(domain.SlidingLog, 5, 10*time.Second)
-	full := status{allowed: false, remaining: 0, retryAfter: 10 * time.Second, resetAfter: 10 * time.Second}
+	m := time.Minute
+	w := window(domain.SlidingLog, 5, 10*m)
+	full := status{allowed: false, remaining: 0, retryAfter: 10 * m, resetAfter: 10 * m}
 	e.replay(e.key("a"), w, []step{
-		{at: 0, cost: 1, want: status{allowed: true, remaining: 4, resetAfter: 10 * time.Second}},
-		{at: 0, cost: 1, want: status{allowed: true, remaining: 3, resetAfter: 10 * time.Second}},
-		{at: 0, cost: 1, want: status{allowed: true, remaining: 2, resetAfter: 10 * time.Second}},
-		{at: 0, cost: 1, want: status{allowed: true, remaining: 1, resetAfter: 10 * time.Second}},
-		{at: 0, cost: 1, want: status{allowed: true, remaining: 0, resetAfter: 10 * time.Second}},
+		{at: 0, cost: 1, want: status{allowed: true, remaining: 4, resetAfter: 10 * m}},
+		{at: 0, cost: 1, want: status{allowed: true, remaining: 3, resetAfter: 10 * m}},
+		{at: 0, cost: 1, want: status{allowed: true, remaining: 2, resetAfter: 10 * m}},
+		{at: 0, cost: 1, want: status{allowed: true, remaining: 1, resetAfter: 10 * m}},
+		{at: 0, cost: 1, want: status{allowed: true, remaining: 0, resetAfter: 10 * m}},
 		{at: 0, cost: 1, want: full},
 		{at: 0, cost: 1, want: full},
-		{at: 5 * time.Second, cost: 1, want: status{remaining: 0, retryAfter: 5 * time.Second, resetAfter: 5 * time.Second}},
 	})
 }
 
 func gcraAdmitsExactlyLimitAsBurst(e *env) {
-	// T = 10s/5 = 2s: the i-th unit of a burst pushes the theoretical
-	// arrival time to t0+2i s.
-	w := window(domain.GCRA, 5, 10*time.Second)
-	full := status{allowed: false, remaining: 0, retryAfter: 2 * time.Second, resetAfter: 10 * time.Second}
+	// T = 10min/5 = 2min: the i-th unit of a burst pushes the theoretical
+	// arrival time to t0+2i min.
+	m := time.Minute
+	w := window(domain.GCRA, 5, 10*m)
+	full := status{allowed: false, remaining: 0, retryAfter: 2 * m, resetAfter: 10 * m}
 	e.replay(e.key("a"), w, []step{
-		{at: 0, cost: 1, want: status{allowed: true, remaining: 4, resetAfter: 2 * time.Second}},
-		{at: 0, cost: 1, want: status{allowed: true, remaining: 3, resetAfter: 4 * time.Second}},
-		{at: 0, cost: 1, want: status{allowed: true, remaining: 2, resetAfter: 6 * time.Second}},
-		{at: 0, cost: 1, want: status{allowed: true, remaining: 1, resetAfter: 8 * time.Second}},
-		{at: 0, cost: 1, want: status{allowed: true, remaining: 0, resetAfter: 10 * time.Second}},
+		{at: 0, cost: 1, want: status{allowed: true, remaining: 4, resetAfter: 2 * m}},
+		{at: 0, cost: 1, want: status{allowed: true, remaining: 3, resetAfter: 4 * m}},
+		{at: 0, cost: 1, want: status{allowed: true, remaining: 2, resetAfter: 6 * m}},
+		{at: 0, cost: 1, want: status{allowed: true, remaining: 1, resetAfter: 8 * m}},
+		{at: 0, cost: 1, want: status{allowed: true, remaining: 0, resetAfter: 10 * m}},
 		{at: 0, cost: 1, want: full},
 		{at: 0, cost: 1, want: full},
-		{at: 2*time.Second - time.Microsecond, cost: 1, want: status{remaining: 0, retryAfter: time.Microsecond, resetAfter: 8*time.Second + time.Microsecond}},
-		{at: 2 * time.Second, cost: 1, want: status{allowed: true, remaining: 0, resetAfter: 10 * time.Second}},
-		{at: 2 * time.Second, cost: 1, want: full},
 	})
 }
 
@@ -190,6 +205,11 @@ func gcraRefillsOneUnitPerEmissionInterval(e *env) {
 		{at: 1 * s, cost: 2, want: status{remaining: 1, retryAfter: s, resetAfter: 2 * s}},
 		{at: 1 * s, cost: 1, want: status{allowed: true, remaining: 0, resetAfter: 3 * s}},
 		{at: 10 * s, cost: 3, want: status{allowed: true, remaining: 0, resetAfter: 3 * s}},
+		// The arrival time is t0+13s: one unit is back at t0+11s, not a
+		// microsecond earlier.
+		{at: 11*s - time.Microsecond, cost: 1, want: status{remaining: 0, retryAfter: time.Microsecond, resetAfter: 2*s + time.Microsecond}},
+		{at: 11 * s, cost: 1, want: status{allowed: true, remaining: 0, resetAfter: 3 * s}},
+		{at: 11 * s, cost: 1, want: status{remaining: 0, retryAfter: s, resetAfter: 3 * s}},
 	})
 }
 
@@ -206,35 +226,46 @@ func gcraEmissionIntervalIsAtLeastOneMicrosecond(e *env) {
 	})
 }
 
+func gcraBurstCapacityUsesTruncatedEmissionInterval(e *env) {
+	// 7 per minute: T = 60000000µs/7 = 8571428µs (truncated; rounding
+	// would give 8571429µs), so a burst of 7 leaves the arrival time
+	// 59999996µs ahead, 4µs short of the period.
+	us := time.Microsecond
+	e.replay(e.key("a"), window(domain.GCRA, 7, time.Minute), []step{
+		{at: 0, cost: 7, want: status{allowed: true, remaining: 0, resetAfter: 59999996 * us}},
+		{at: 0, cost: 1, want: status{remaining: 0, retryAfter: 8571428 * us, resetAfter: 59999996 * us}},
+	})
+}
+
 func gcraHandlesTheLargestWindow(e *env) {
 	// MaxLimit units per MaxPeriod: T = 31622400000000µs / 2^30 = 29450µs
 	// (truncated). The arithmetic stays exact in every store (Lua numbers
-	// included) far beyond today's instants.
+	// included) far beyond today's instants. 2^20 more units wait 2^20 T,
+	// about 8.6 hours: exact in T, and far beyond a case's duration.
 	w := window(domain.GCRA, domain.MaxLimit, domain.MaxPeriod)
 	us := time.Microsecond
 	capacity := 29450 * us * domain.MaxLimit
 	e.replay(e.key("a"), w, []step{
 		{at: 0, cost: domain.MaxLimit, want: status{allowed: true, remaining: 0, resetAfter: capacity}},
-		{at: 0, cost: 1, want: status{remaining: 0, retryAfter: 29450 * us, resetAfter: capacity}},
-		{at: 29450 * us, cost: 1, want: status{allowed: true, remaining: 0, resetAfter: capacity}},
+		{at: 0, cost: 1 << 20, want: status{remaining: 0, retryAfter: 29450 * us << 20, resetAfter: capacity}},
 	})
 }
 
 func costConsumesThatManyUnits(e *env) {
 	e.forEachAlgorithm(func(e *env, a domain.Algorithm) {
-		w := window(a, 10, 10*time.Second)
-		s := time.Second
-		// SlidingLog: every unit leaves at t0+10s. GCRA: T = 1s, so the
-		// theoretical arrival time moves by cost seconds.
+		m := time.Minute
+		w := window(a, 10, 10*m)
+		// SlidingLog: every unit leaves at t0+10min. GCRA: T = 1min, so
+		// the theoretical arrival time moves by cost minutes.
 		reset := func(units int64) time.Duration {
 			if a == domain.GCRA {
-				return time.Duration(units) * s
+				return time.Duration(units) * m
 			}
-			return 10 * s
+			return 10 * m
 		}
-		retry := 10 * s
+		retry := 10 * m
 		if a == domain.GCRA {
-			retry = s
+			retry = m
 		}
 		e.replay(e.key("a"), w, []step{
 			{at: 0, cost: 3, want: status{allowed: true, remaining: 7, resetAfter: reset(3)}},
@@ -248,14 +279,15 @@ func costConsumesThatManyUnits(e *env) {
 
 func costThatDoesNotFitIsRefusedWhileSmallerCostPasses(e *env) {
 	e.forEachAlgorithm(func(e *env, a domain.Algorithm) {
-		w := window(a, 10, 10*time.Second)
-		s := time.Second
-		// Sliding log: the 8 units of t0 leave together at t0+10s. GCRA
-		// (T = 1s): after 8 units the arrival time is t0+8s; cost 5 would
-		// push it to t0+13s, 3s past the capacity, cost 3 1s past it.
-		reset8, reset10, retry5, retry3 := 10*s, 10*s, 10*s, 10*s
+		m := time.Minute
+		w := window(a, 10, 10*m)
+		// Sliding log: the 8 units of t0 leave together at t0+10min. GCRA
+		// (T = 1min): after 8 units the arrival time is t0+8min; cost 5
+		// would push it to t0+13min, 3min past the capacity, cost 3 1min
+		// past it.
+		reset8, reset10, retry5, retry3 := 10*m, 10*m, 10*m, 10*m
 		if a == domain.GCRA {
-			reset8, reset10, retry5, retry3 = 8*s, 10*s, 3*s, 1*s
+			reset8, reset10, retry5, retry3 = 8*m, 10*m, 3*m, 1*m
 		}
 		e.replay(e.key("a"), w, []step{
 			{at: 0, cost: 8, want: status{allowed: true, remaining: 2, resetAfter: reset8}},
@@ -268,7 +300,7 @@ func costThatDoesNotFitIsRefusedWhileSmallerCostPasses(e *env) {
 
 func keysAreIsolated(e *env) {
 	e.forEachAlgorithm(func(e *env, a domain.Algorithm) {
-		w := window(a, 2, 10*time.Second)
+		w := window(a, 2, 10*time.Minute)
 		a1, a2, b := e.key("a"), e.key("a2"), e.key("b")
 		e.consume("exhausting a", e.t0, limitOf(a1, w, 1), 2)
 		if r := e.evaluate("a after its limit", e.t0, limitOf(a1, w, 1)); r.Allowed {
@@ -276,7 +308,7 @@ func keysAreIsolated(e *env) {
 		}
 		for _, k := range []string{a2, b} {
 			r := e.peek("peek "+k, e.t0, limitOf(k, w, 1))
-			checkStatus(e.t, "peek "+k+" (untouched)", r.Status(0), status{allowed: true, remaining: 2})
+			e.checkStatus("peek "+k+" (untouched)", r.Status(0), status{allowed: true, remaining: 2})
 			r = e.evaluate("evaluate "+k, e.t0, limitOf(k, w, 2))
 			if !r.Allowed || r.Remaining != 0 {
 				e.t.Errorf("evaluate %s cost 2: allowed %t remaining %d, want allowed with 0 remaining", k, r.Allowed, r.Remaining)
@@ -286,40 +318,41 @@ func keysAreIsolated(e *env) {
 }
 
 // nineWindows returns the windows of a nine-limit request: even indices
-// SlidingLog 3 per 10s, odd ones GCRA 3 per 9s (T = 3s).
+// SlidingLog 3 per 10min, odd ones GCRA 3 per 9min (T = 3min).
 func nineWindows() []domain.Window {
 	ws := make([]domain.Window, 9)
 	for i := range ws {
 		if i%2 == 0 {
-			ws[i] = window(domain.SlidingLog, 3, 10*time.Second)
+			ws[i] = window(domain.SlidingLog, 3, 10*time.Minute)
 		} else {
-			ws[i] = window(domain.GCRA, 3, 9*time.Second)
+			ws[i] = window(domain.GCRA, 3, 9*time.Minute)
 		}
 	}
 	return ws
 }
 
 func allOrNothingAcrossNineKeys(e *env) {
-	s := time.Second
+	m := time.Minute
 	ws := nineWindows()
 	// Status of a limit after one unit consumed at t0 on a fresh key.
 	afterOne := func(w domain.Window) status {
 		if w.Algorithm == domain.GCRA {
-			return status{allowed: true, remaining: 2, resetAfter: 3 * s}
+			return status{allowed: true, remaining: 2, resetAfter: 3 * m}
 		}
-		return status{allowed: true, remaining: 2, resetAfter: 10 * s}
+		return status{allowed: true, remaining: 2, resetAfter: 10 * m}
 	}
 	// Status of an exhausted key asked for one more unit at t0.
 	exhausted := func(w domain.Window) status {
 		if w.Algorithm == domain.GCRA {
-			return status{remaining: 0, retryAfter: 3 * s, resetAfter: 9 * s}
+			return status{remaining: 0, retryAfter: 3 * m, resetAfter: 9 * m}
 		}
-		return status{remaining: 0, retryAfter: 10 * s, resetAfter: 10 * s}
+		return status{remaining: 0, retryAfter: 10 * m, resetAfter: 10 * m}
 	}
 	// The refusing key first, in the middle and last: a store that commits
 	// while it checks is caught whichever way it walks the keys.
 	for _, refusing := range []int{0, 4, 8} {
 		e.t.Run("RefusingKey"+strconv.Itoa(refusing), func(t tb) {
+			t.Parallel()
 			e := e.sub(t, "r"+strconv.Itoa(refusing)+":")
 			limits := make([]domain.Limit, 9)
 			for i := range limits {
@@ -330,14 +363,14 @@ func allOrNothingAcrossNineKeys(e *env) {
 				label := "refused request, try " + strconv.Itoa(try+1)
 				r := e.evaluate(label, e.t0, limits...)
 				want := exhausted(ws[refusing])
-				checkResult(e.t, label, r, outcome{allowed: false, limiting: refusing, remaining: 0, retryAfter: want.retryAfter, resetAfter: want.resetAfter})
+				e.checkResult(label, r, outcome{allowed: false, limiting: refusing, remaining: 0, retryAfter: want.retryAfter, resetAfter: want.resetAfter})
 				for i, st := range r.Statuses() {
 					if i == refusing {
-						checkStatus(e.t, label+": refusing limit", st, want)
+						e.checkStatus(label+": refusing limit", st, want)
 						continue
 					}
 					// Before consumption: full quota, nothing to reset.
-					checkStatus(e.t, label+": limit "+strconv.Itoa(i), st, status{allowed: true, remaining: 3})
+					e.checkStatus(label+": limit "+strconv.Itoa(i), st, status{allowed: true, remaining: 3})
 				}
 			}
 			// Nothing was consumed on the eight others: Peek sees a full
@@ -349,13 +382,13 @@ func allOrNothingAcrossNineKeys(e *env) {
 					continue
 				}
 				r := e.peek("peek key "+strconv.Itoa(i), e.t0, l)
-				checkStatus(e.t, "peek key "+strconv.Itoa(i)+" after the refusals", r.Status(0), status{allowed: true, remaining: 3})
+				e.checkStatus("peek key "+strconv.Itoa(i)+" after the refusals", r.Status(0), status{allowed: true, remaining: 3})
 				others, otherWs = append(others, l), append(otherWs, ws[i])
 			}
 			r := e.evaluate("the eight others", e.t0, others...)
-			checkResult(e.t, "the eight others", r, outcome{allowed: true, limiting: 0, remaining: 2, resetAfter: afterOne(otherWs[0]).resetAfter})
+			e.checkResult("the eight others", r, outcome{allowed: true, limiting: 0, remaining: 2, resetAfter: afterOne(otherWs[0]).resetAfter})
 			for i, st := range r.Statuses() {
-				checkStatus(e.t, "the eight others: limit "+strconv.Itoa(i), st, afterOne(otherWs[i]))
+				e.checkStatus("the eight others: limit "+strconv.Itoa(i), st, afterOne(otherWs[i]))
 			}
 		})
 	}
@@ -401,61 +434,65 @@ func slidingLogAndGCRAInOneRequest(e *env) {
 	for i, rw := range rows {
 		label := stepLabel(i, "evaluate", step{at: rw.at, cost: 1})
 		r := e.evaluate(label, e.at(rw.at), limitOf(b, burst, 1), limitOf(su, sustained, 1))
-		checkResult(e.t, label, r, rw.agg)
-		checkStatus(e.t, label+": burst", r.Status(0), rw.burst)
-		checkStatus(e.t, label+": sustained", r.Status(1), rw.su)
+		e.checkResult(label, r, rw.agg)
+		e.checkStatus(label+": burst", r.Status(0), rw.burst)
+		e.checkStatus(label+": sustained", r.Status(1), rw.su)
 	}
 }
 
 func refusalReportsLongestRetryAfter(e *env) {
-	s := time.Second
-	a := limitOf(e.key("a"), window(domain.SlidingLog, 1, 10*s), 1)
-	b := limitOf(e.key("b"), window(domain.SlidingLog, 1, 5*s), 1)
-	c := limitOf(e.key("c"), window(domain.SlidingLog, 1, 10*s), 1)
-	d := limitOf(e.key("d"), window(domain.GCRA, 1, 20*s), 1)
-	free := limitOf(e.key("free"), window(domain.SlidingLog, 5, 10*s), 1)
-	for _, l := range []domain.Limit{a, b, c, d} {
+	m := time.Minute
+	a := limitOf(e.key("a"), window(domain.SlidingLog, 1, 10*m), 1)
+	b := limitOf(e.key("b"), window(domain.SlidingLog, 1, 5*m), 1)
+	c := limitOf(e.key("c"), window(domain.SlidingLog, 1, 10*m), 1)
+	d := limitOf(e.key("d"), window(domain.GCRA, 1, 20*m), 1)
+	free := limitOf(e.key("free"), window(domain.SlidingLog, 5, 10*m), 1)
+	// c is filled before a: on a store with its own clock a's unit is no
+	// older than c's, so a waits at least as long as c, and the longer
+	// wait agrees with the tie-break by index of a scripted clock.
+	for _, l := range []domain.Limit{c, a, b, d} {
 		e.consume("exhausting "+l.Key, e.t0, l, 1)
 	}
-	// At t0+1s: b waits 4s, a and c 9s each (a tie: the lowest index
-	// wins), and free admits.
-	r := e.evaluate("[b a c free]", e.at(s), b, a, c, free)
-	checkResult(e.t, "[b a c free]", r, outcome{allowed: false, limiting: 1, remaining: 0, retryAfter: 9 * s, resetAfter: 9 * s})
-	checkStatus(e.t, "[b a c free]: b", r.Status(0), status{remaining: 0, retryAfter: 4 * s, resetAfter: 4 * s})
-	checkStatus(e.t, "[b a c free]: a", r.Status(1), status{remaining: 0, retryAfter: 9 * s, resetAfter: 9 * s})
-	checkStatus(e.t, "[b a c free]: c", r.Status(2), status{remaining: 0, retryAfter: 9 * s, resetAfter: 9 * s})
-	checkStatus(e.t, "[b a c free]: free", r.Status(3), status{allowed: true, remaining: 5})
-	// GCRA 1 per 20s after one unit: the arrival time is t0+20s, so one more
-	// unit at t0+1s waits 19s, longer than any sliding log here.
-	r = e.evaluate("[free b d a]", e.at(s), free, b, d, a)
-	checkResult(e.t, "[free b d a]", r, outcome{allowed: false, limiting: 2, remaining: 0, retryAfter: 19 * s, resetAfter: 19 * s})
-	checkStatus(e.t, "[free b d a]: d", r.Status(2), status{remaining: 0, retryAfter: 19 * s, resetAfter: 19 * s})
+	// b waits 5min, a and c 10min each (a tie: the lowest index wins), and
+	// free admits.
+	r := e.evaluate("[b a c free]", e.t0, b, a, c, free)
+	e.checkResult("[b a c free]", r, outcome{allowed: false, limiting: 1, remaining: 0, retryAfter: 10 * m, resetAfter: 10 * m})
+	e.checkStatus("[b a c free]: b", r.Status(0), status{remaining: 0, retryAfter: 5 * m, resetAfter: 5 * m})
+	e.checkStatus("[b a c free]: a", r.Status(1), status{remaining: 0, retryAfter: 10 * m, resetAfter: 10 * m})
+	e.checkStatus("[b a c free]: c", r.Status(2), status{remaining: 0, retryAfter: 10 * m, resetAfter: 10 * m})
+	e.checkStatus("[b a c free]: free", r.Status(3), status{allowed: true, remaining: 5})
+	// GCRA 1 per 20min after one unit: the arrival time is t0+20min, so
+	// one more unit waits 20min, longer than any sliding log here.
+	r = e.evaluate("[free b d a]", e.t0, free, b, d, a)
+	e.checkResult("[free b d a]", r, outcome{allowed: false, limiting: 2, remaining: 0, retryAfter: 20 * m, resetAfter: 20 * m})
+	e.checkStatus("[free b d a]: d", r.Status(2), status{remaining: 0, retryAfter: 20 * m, resetAfter: 20 * m})
 	// Refusals consumed nothing on free.
-	r = e.peek("free afterwards", e.at(s), free)
-	checkStatus(e.t, "free afterwards", r.Status(0), status{allowed: true, remaining: 5})
+	r = e.peek("free afterwards", e.t0, free)
+	e.checkStatus("free afterwards", r.Status(0), status{allowed: true, remaining: 5})
 }
 
 func allowedReportsLeastRemaining(e *env) {
-	s := time.Second
-	f := limitOf(e.key("f"), window(domain.SlidingLog, 5, 10*s), 1)
-	g := limitOf(e.key("g"), window(domain.SlidingLog, 3, 10*s), 1)
-	h := limitOf(e.key("h"), window(domain.GCRA, 3, 3*s), 1) // T = 1s
+	m := time.Minute
+	f := limitOf(e.key("f"), window(domain.SlidingLog, 5, 10*m), 1)
+	g := limitOf(e.key("g"), window(domain.SlidingLog, 3, 10*m), 1)
+	h := limitOf(e.key("h"), window(domain.GCRA, 3, 3*m), 1) // T = 1min
 	// g and h both end with 2 left: a tie, the lowest index limits, and
 	// the result's reset-after is g's, not h's.
 	r := e.evaluate("[f g h]", e.t0, f, g, h)
-	checkResult(e.t, "[f g h]", r, outcome{allowed: true, limiting: 1, remaining: 2, resetAfter: 10 * s})
-	checkStatus(e.t, "[f g h]: f", r.Status(0), status{allowed: true, remaining: 4, resetAfter: 10 * s})
-	checkStatus(e.t, "[f g h]: g", r.Status(1), status{allowed: true, remaining: 2, resetAfter: 10 * s})
-	checkStatus(e.t, "[f g h]: h", r.Status(2), status{allowed: true, remaining: 2, resetAfter: 1 * s})
+	e.checkResult("[f g h]", r, outcome{allowed: true, limiting: 1, remaining: 2, resetAfter: 10 * m})
+	e.checkStatus("[f g h]: f", r.Status(0), status{allowed: true, remaining: 4, resetAfter: 10 * m})
+	e.checkStatus("[f g h]: g", r.Status(1), status{allowed: true, remaining: 2, resetAfter: 10 * m})
+	e.checkStatus("[f g h]: h", r.Status(2), status{allowed: true, remaining: 2, resetAfter: 1 * m})
 	r = e.evaluate("[f h]", e.t0, f, h)
-	checkResult(e.t, "[f h]", r, outcome{allowed: true, limiting: 1, remaining: 1, resetAfter: 2 * s})
-	checkStatus(e.t, "[f h]: f", r.Status(0), status{allowed: true, remaining: 3, resetAfter: 10 * s})
-	checkStatus(e.t, "[f h]: h", r.Status(1), status{allowed: true, remaining: 1, resetAfter: 2 * s})
+	e.checkResult("[f h]", r, outcome{allowed: true, limiting: 1, remaining: 1, resetAfter: 2 * m})
+	e.checkStatus("[f h]: f", r.Status(0), status{allowed: true, remaining: 3, resetAfter: 10 * m})
+	e.checkStatus("[f h]: h", r.Status(1), status{allowed: true, remaining: 1, resetAfter: 2 * m})
 }
 
 func peekConsumesNothing(e *env) {
 	e.forEachAlgorithm(func(e *env, a domain.Algorithm) {
-		w := window(a, 3, 9*time.Second)
+		m := time.Minute
+		w := window(a, 3, 9*m)
 		x, y := limitOf(e.key("x"), w, 1), limitOf(e.key("y"), w, 2)
 		for i := range 10 {
 			r := e.peek("peek [x y]", e.t0, x, y)
@@ -474,18 +511,17 @@ func peekConsumesNothing(e *env) {
 				e.t.Fatalf("peek %d of exhausted x: allowed %t remaining %d, want refused with 0 remaining", i+1, r.Allowed, r.Remaining)
 			}
 		}
-		// Sliding log: x's units leave at t0+9s. GCRA (T = 3s): x's
-		// arrival time is t0+9s, so a unit is back at t0+3s; peeks in
-		// between must not have pushed either.
-		back := 9 * time.Second
+		// The refused peeks pushed nothing back. Sliding log: x's units
+		// leave at t0+9min. GCRA (T = 3min): x's arrival time is
+		// t0+9min, so a unit is back at t0+3min.
+		retry := 9 * m
 		if a == domain.GCRA {
-			back = 3 * time.Second
+			retry = 3 * m
 		}
-		if r := e.evaluate("x when a unit is back", e.at(back), x); !r.Allowed {
-			e.t.Errorf("x at t0+%v: refused (retry-after %v), want allowed: a refused Peek consumed", back, r.RetryAfter)
-		}
+		r = e.evaluate("x after the refused peeks", e.t0, x)
+		e.checkStatus("x after the refused peeks", r.Status(0), status{remaining: 0, retryAfter: retry, resetAfter: 9 * m})
 		r = e.peek("y after everything", e.t0, y)
-		checkStatus(e.t, "y after everything", r.Status(0), status{allowed: true, remaining: 3})
+		e.checkStatus("y after everything", r.Status(0), status{allowed: true, remaining: 3})
 	})
 }
 
@@ -527,9 +563,9 @@ func peekAgreesWithEvaluate(e *env) {
 }
 
 func resetForgetsOnlyThatKey(e *env) {
-	s := time.Second
-	sl := window(domain.SlidingLog, 3, 10*s)
-	gc := window(domain.GCRA, 3, 9*s) // T = 3s
+	m := time.Minute
+	sl := window(domain.SlidingLog, 3, 10*m)
+	gc := window(domain.GCRA, 3, 9*m) // T = 3min
 	// Keys that share a prefix or hold a glob character: a Reset by
 	// pattern or prefix would touch them.
 	a := limitOf(e.key("a"), sl, 1)
@@ -543,16 +579,16 @@ func resetForgetsOnlyThatKey(e *env) {
 	e.reset("reset a", a.Key)
 	e.reset("reset g", g.Key)
 	for _, l := range []domain.Limit{a, g} {
-		r := e.peek("peek "+l.Key+" after its reset", e.at(s), l)
-		checkStatus(e.t, "peek "+l.Key+" after its reset", r.Status(0), status{allowed: true, remaining: 3})
+		r := e.peek("peek "+l.Key+" after its reset", e.t0, l)
+		e.checkStatus("peek "+l.Key+" after its reset", r.Status(0), status{allowed: true, remaining: 3})
 	}
-	checkStatus(e.t, "peek ab (not reset)", e.peek("peek ab", e.at(s), ab).Status(0), status{allowed: true, remaining: 1, resetAfter: 9 * s})
-	checkStatus(e.t, "peek a* (not reset)", e.peek("peek a*", e.at(s), star).Status(0), status{allowed: true, remaining: 1, resetAfter: 9 * s})
-	checkStatus(e.t, "peek g:2 (not reset)", e.peek("peek g:2", e.at(s), g2).Status(0), status{allowed: true, remaining: 1, resetAfter: 5 * s})
+	e.checkStatus("peek ab (not reset)", e.peek("peek ab", e.t0, ab).Status(0), status{allowed: true, remaining: 1, resetAfter: 10 * m})
+	e.checkStatus("peek a* (not reset)", e.peek("peek a*", e.t0, star).Status(0), status{allowed: true, remaining: 1, resetAfter: 10 * m})
+	e.checkStatus("peek g:2 (not reset)", e.peek("peek g:2", e.t0, g2).Status(0), status{allowed: true, remaining: 1, resetAfter: 6 * m})
 	// A reset key counts afresh.
-	e.consume("refilling a", e.at(s), a, 3)
-	e.consume("refilling g", e.at(s), g, 3)
-	if r := e.evaluate("a beyond its limit", e.at(s), a); r.Allowed {
+	e.consume("refilling a", e.t0, a, 3)
+	e.consume("refilling g", e.t0, g, 3)
+	if r := e.evaluate("a beyond its limit", e.t0, a); r.Allowed {
 		e.t.Errorf("a beyond its limit after a reset: allowed, want refused")
 	}
 }
@@ -560,11 +596,11 @@ func resetForgetsOnlyThatKey(e *env) {
 func resetOfUnknownKeyIsNoError(e *env) {
 	e.reset("reset of a key never used", e.key("never-used"))
 	e.reset("reset twice", e.key("never-used"))
-	l := limitOf(e.key("a"), window(domain.GCRA, 2, time.Second), 1)
+	l := limitOf(e.key("a"), window(domain.GCRA, 2, 2*time.Minute), 1)
 	e.consume("using a", e.t0, l, 1)
 	e.reset("reset a", l.Key)
 	e.reset("reset a again", l.Key)
-	checkStatus(e.t, "peek a", e.peek("peek a", e.t0, l).Status(0), status{allowed: true, remaining: 2})
+	e.checkStatus("peek a", e.peek("peek a", e.t0, l).Status(0), status{allowed: true, remaining: 2})
 }
 
 func clockBackwardsNeverAdmitsMoreThanLimit(e *env) {
@@ -589,7 +625,7 @@ func clockBackwardsNeverAdmitsMoreThanLimit(e *env) {
 		// Sliding log: the t0 units leave at t0+10s. GCRA (T = 2s): the
 		// arrival time is t0+10s, so the full quota is back then.
 		r := e.evaluate("evaluate at t0+10s", e.at(10*s), l)
-		checkStatus(e.t, "evaluate at t0+10s", r.Status(0), status{allowed: true, remaining: 4, resetAfter: resetAfterOne(a, 10*s, 5)})
+		e.checkStatus("evaluate at t0+10s", r.Status(0), status{allowed: true, remaining: 4, resetAfter: resetAfterOne(a, 10*s, 5)})
 	})
 }
 
@@ -629,9 +665,9 @@ func clockJitterNeverAdmitsMoreThanLimit(e *env) {
 }
 
 func cancelledContextIsAnErrorAndConsumesNothing(e *env) {
-	s := time.Second
-	x := limitOf(e.key("x"), window(domain.SlidingLog, 3, 10*s), 1)
-	y := limitOf(e.key("y"), window(domain.GCRA, 3, 9*s), 1)
+	m := time.Minute
+	x := limitOf(e.key("x"), window(domain.SlidingLog, 3, 10*m), 1)
+	y := limitOf(e.key("y"), window(domain.GCRA, 3, 9*m), 1)
 	ctx, cancel := context.WithCancel(e.ctx)
 	cancel()
 	if _, err := e.store.Evaluate(ctx, e.t0, []domain.Limit{x, y}); !errors.Is(err, context.Canceled) {
@@ -642,7 +678,7 @@ func cancelledContextIsAnErrorAndConsumesNothing(e *env) {
 	}
 	for _, l := range []domain.Limit{x, y} {
 		r := e.peek("peek after the cancelled calls", e.t0, l)
-		checkStatus(e.t, "peek "+l.Key+" after the cancelled calls", r.Status(0), status{allowed: true, remaining: 3})
+		e.checkStatus("peek "+l.Key+" after the cancelled calls", r.Status(0), status{allowed: true, remaining: 3})
 	}
 	e.consume("using x", e.t0, x, 1)
 	if err := e.store.Reset(ctx, x.Key); !errors.Is(err, context.Canceled) {
@@ -651,7 +687,7 @@ func cancelledContextIsAnErrorAndConsumesNothing(e *env) {
 }
 
 func expiredDeadlineIsAnError(e *env) {
-	x := limitOf(e.key("x"), window(domain.GCRA, 3, 9*time.Second), 1)
+	x := limitOf(e.key("x"), window(domain.GCRA, 3, 9*time.Minute), 1)
 	ctx, cancel := context.WithDeadline(e.ctx, e.t0.Add(-time.Hour))
 	defer cancel()
 	expired := func(err error) bool {
@@ -666,7 +702,7 @@ func expiredDeadlineIsAnError(e *env) {
 	if err := e.store.Reset(ctx, x.Key); !expired(err) {
 		e.t.Errorf("Reset past its deadline: error %v, want one wrapping context.DeadlineExceeded or domain.ErrStoreTimeout", err)
 	}
-	checkStatus(e.t, "peek after the expired calls", e.peek("peek", e.t0, x).Status(0), status{allowed: true, remaining: 3})
+	e.checkStatus("peek after the expired calls", e.peek("peek", e.t0, x).Status(0), status{allowed: true, remaining: 3})
 }
 
 func invalidRequestIsRejectedAndConsumesNothing(e *env) {
@@ -713,6 +749,8 @@ func invalidRequestIsRejectedAndConsumesNothing(e *env) {
 		{"CostAboveLimit", withCost(4), 1, "cost"},
 		{"DuplicateKey", []domain.Limit{ok, other, ok}, 2, "key"},
 	}
+	// Serial, unlike the suite's other subtests: the check after the loop
+	// must come after every row's calls.
 	for _, row := range rows {
 		e.t.Run(row.name, func(t tb) {
 			check := func(op string, err error) {
@@ -734,40 +772,44 @@ func invalidRequestIsRejectedAndConsumesNothing(e *env) {
 	}
 	// The valid limits of the refused requests consumed nothing.
 	r := e.peek("peek the valid limits", e.t0, ok, other)
-	checkStatus(e.t, "peek ok after the invalid requests", r.Status(0), status{allowed: true, remaining: 3})
-	checkStatus(e.t, "peek other after the invalid requests", r.Status(1), status{allowed: true, remaining: 3})
+	e.checkStatus("peek ok after the invalid requests", r.Status(0), status{allowed: true, remaining: 3})
+	e.checkStatus("peek other after the invalid requests", r.Status(1), status{allowed: true, remaining: 3})
 }
 
 func requestsAtTheBoundsAreAccepted(e *env) {
-	s := time.Second
+	m := time.Minute
 	e.t.Run("SixteenKeys", func(t tb) {
+		t.Parallel()
 		e := e.sub(t, "16:")
-		w := window(domain.SlidingLog, 3, 10*s)
+		w := window(domain.SlidingLog, 3, 10*m)
 		limits := make([]domain.Limit, domain.MaxLimits)
 		for i := range limits {
 			limits[i] = limitOf(e.key("k"+strconv.Itoa(i)), w, 1)
 		}
 		r := e.evaluate("sixteen keys", e.t0, limits...)
-		checkResult(e.t, "sixteen keys", r, outcome{allowed: true, remaining: 2, resetAfter: 10 * s})
-		checkStatus(e.t, "sixteen keys: last limit", r.Status(domain.MaxLimits-1), status{allowed: true, remaining: 2, resetAfter: 10 * s})
+		e.checkResult("sixteen keys", r, outcome{allowed: true, remaining: 2, resetAfter: 10 * m})
+		e.checkStatus("sixteen keys: last limit", r.Status(domain.MaxLimits-1), status{allowed: true, remaining: 2, resetAfter: 10 * m})
 	})
 	e.t.Run("KeyOfMaxKeyLenBytes", func(t tb) {
+		t.Parallel()
 		e := e.sub(t, "len:")
 		name := strings.Repeat("x", domain.MaxKeyLen-len(e.key("")))
-		l := limitOf(e.key(name), window(domain.GCRA, 2, 2*s), 1)
+		l := limitOf(e.key(name), window(domain.GCRA, 2, 2*m), 1)
 		if len(l.Key) != domain.MaxKeyLen {
 			e.t.Fatalf("built a key of %d bytes, want %d", len(l.Key), domain.MaxKeyLen)
 		}
-		checkStatus(e.t, "long key", e.evaluate("long key", e.t0, l).Status(0), status{allowed: true, remaining: 1, resetAfter: s})
+		e.checkStatus("long key", e.evaluate("long key", e.t0, l).Status(0), status{allowed: true, remaining: 1, resetAfter: m})
 	})
 	e.t.Run("CostEqualToLimit", func(t tb) {
+		t.Parallel()
 		e := e.sub(t, "cost:")
 		e.forEachAlgorithm(func(e *env, a domain.Algorithm) {
-			l := limitOf(e.key("a"), window(a, 5, 10*s), 5)
-			checkStatus(e.t, "cost 5 of 5", e.evaluate("cost 5 of 5", e.t0, l).Status(0), status{allowed: true, remaining: 0, resetAfter: 10 * s})
+			l := limitOf(e.key("a"), window(a, 5, 10*m), 5)
+			e.checkStatus("cost 5 of 5", e.evaluate("cost 5 of 5", e.t0, l).Status(0), status{allowed: true, remaining: 0, resetAfter: 10 * m})
 		})
 	})
 	e.t.Run("SlidingLogLargeLimitAndMaxPeriod", func(t tb) {
+		t.Parallel()
 		// The largest sliding-log limit the domain accepts (a log keeps
 		// one record per unit; larger limits belong to GCRA).
 		const large = domain.MaxSlidingLogLimit
@@ -777,15 +819,16 @@ func requestsAtTheBoundsAreAccepted(e *env) {
 			{at: 0, cost: large, want: status{remaining: large - 1000, retryAfter: domain.MaxPeriod, resetAfter: domain.MaxPeriod}},
 		})
 	})
-	e.t.Run("MinPeriod", func(t tb) {
-		e := e.sub(t, "min:")
-		e.forEachAlgorithm(func(e *env, a domain.Algorithm) {
-			ms := time.Millisecond
-			e.replay(e.key("a"), window(a, 1, domain.MinPeriod), []step{
-				{at: 0, cost: 1, want: status{allowed: true, remaining: 0, resetAfter: ms}},
-				{at: 0, cost: 1, want: status{remaining: 0, retryAfter: ms, resetAfter: ms}},
-				{at: ms, cost: 1, want: status{allowed: true, remaining: 0, resetAfter: ms}},
-			})
+}
+
+func minPeriodWindowsRefillAfterOneMillisecond(e *env) {
+	e.forEachAlgorithm(func(e *env, a domain.Algorithm) {
+		ms := time.Millisecond
+		e.replay(e.key("a"), window(a, 1, domain.MinPeriod), []step{
+			{at: 0, cost: 1, want: status{allowed: true, remaining: 0, resetAfter: ms}},
+			{at: 0, cost: 1, want: status{remaining: 0, retryAfter: ms, resetAfter: ms}},
+			{at: ms - time.Microsecond, cost: 1, want: status{remaining: 0, retryAfter: time.Microsecond, resetAfter: time.Microsecond}},
+			{at: ms, cost: 1, want: status{allowed: true, remaining: 0, resetAfter: ms}},
 		})
 	})
 }
@@ -838,7 +881,7 @@ func (e *env) releaseTogether(n int, call func(i int) (domain.Result, error)) []
 func concurrentRequestsOnOneKeyAdmitExactlyLimit(e *env) {
 	e.forEachAlgorithm(func(e *env, a domain.Algorithm) {
 		const limit = 50
-		l := limitOf(e.key("a"), window(a, limit, 10*time.Second), 1)
+		l := limitOf(e.key("a"), window(a, limit, 10*time.Minute), 1)
 		answers := e.releaseTogether(workers, func(int) (domain.Result, error) {
 			return e.store.Evaluate(e.ctx, e.t0, []domain.Limit{l})
 		})
@@ -871,13 +914,13 @@ func concurrentRequestsOnOneKeyAdmitExactlyLimit(e *env) {
 }
 
 func concurrentRequestsAcrossTwoKeysAreAllOrNothing(e *env) {
-	// A: SlidingLog 20 per 10s. B: GCRA 40 per 10s. A third of the
+	// A: SlidingLog 20 per 10min. B: GCRA 40 per 10min. A third of the
 	// goroutines ask for B alone; the others for A and B, half of them in
 	// the opposite order (a store that locks keys in request order
 	// deadlocks here).
 	const limitA, limitB = 20, 40
-	a := limitOf(e.key("A"), window(domain.SlidingLog, limitA, 10*time.Second), 1)
-	b := limitOf(e.key("B"), window(domain.GCRA, limitB, 10*time.Second), 1)
+	a := limitOf(e.key("A"), window(domain.SlidingLog, limitA, 10*time.Minute), 1)
+	b := limitOf(e.key("B"), window(domain.GCRA, limitB, 10*time.Minute), 1)
 	request := func(i int) []domain.Limit {
 		switch i % 3 {
 		case 0:
@@ -923,8 +966,29 @@ func concurrentRequestsAcrossTwoKeysAreAllOrNothing(e *env) {
 	}
 }
 
+func limitsSliceIsNotKeptAfterTheCall(e *env) {
+	m := time.Minute
+	sl, gc := window(domain.SlidingLog, 3, 10*m), window(domain.GCRA, 3, 9*m) // T = 3min
+	a, b := limitOf(e.key("a"), sl, 1), limitOf(e.key("b"), gc, 1)
+	c, d := limitOf(e.key("c"), sl, 1), limitOf(e.key("d"), gc, 1)
+	limits := []domain.Limit{a, b}
+	r, err := e.store.Evaluate(e.ctx, e.t0, limits)
+	if err != nil || !r.Allowed {
+		e.t.Fatalf("evaluate [a b] on fresh keys: allowed %t, error %v; want allowed", r.Allowed, err)
+	}
+	// The caller reuses the slice's memory once the call has returned, as
+	// the app's pooled evaluations do. Under the race detector, a store
+	// still reading it races with these writes.
+	limits[0], limits[1] = c, d
+	r = e.peek("peek after the slice was reused", e.t0, a, b, c, d)
+	e.checkStatus("a", r.Status(0), status{allowed: true, remaining: 2, resetAfter: 10 * m})
+	e.checkStatus("b", r.Status(1), status{allowed: true, remaining: 2, resetAfter: 3 * m})
+	e.checkStatus("c (written into the reused slice)", r.Status(2), status{allowed: true, remaining: 3})
+	e.checkStatus("d (written into the reused slice)", r.Status(3), status{allowed: true, remaining: 3})
+}
+
 func closedStoreReturnsErrStoreClosed(e *env) {
-	l := limitOf(e.key("a"), window(domain.SlidingLog, 3, 10*time.Second), 1)
+	l := limitOf(e.key("a"), window(domain.SlidingLog, 3, 10*time.Minute), 1)
 	e.consume("using the store", e.t0, l, 1)
 	if err := e.store.Close(); err != nil {
 		e.t.Fatalf("Close: %v", err)
@@ -943,4 +1007,37 @@ func closedStoreReturnsErrStoreClosed(e *env) {
 	if err := e.store.Close(); err != nil {
 		e.t.Errorf("second Close: error %v, want nil", err)
 	}
+}
+
+func twoStoresShareTheirCounts(e *env) {
+	// A second instance on the same state: same keys, another store.
+	other := e.sub(e.t, "")
+	other.store = e.open()
+	m := time.Minute
+	sl := limitOf(e.key("sl"), window(domain.SlidingLog, 5, 10*m), 1)
+	gc := limitOf(e.key("gc"), window(domain.GCRA, 5, 10*m), 1) // T = 2min
+	for i := range 3 {
+		if r := e.evaluate("first store", e.t0, sl, gc); !r.Allowed {
+			e.t.Fatalf("first store, request %d of 3 on fresh keys: refused", i+1)
+		}
+	}
+	r := other.peek("the other store after 3 units", e.t0, sl, gc)
+	other.checkStatus("the other store, sliding log", r.Status(0), status{allowed: true, remaining: 2, resetAfter: 10 * m})
+	other.checkStatus("the other store, GCRA", r.Status(1), status{allowed: true, remaining: 2, resetAfter: 6 * m})
+	for i := range 2 {
+		if r := other.evaluate("the other store", e.t0, sl, gc); !r.Allowed {
+			e.t.Fatalf("the other store, request %d of 2 with 2 units left: refused", i+1)
+		}
+	}
+	r = e.evaluate("first store after the other's units", e.t0, sl, gc)
+	e.checkResult("first store after the other's units", r, outcome{allowed: false, limiting: 0, remaining: 0, retryAfter: 10 * m, resetAfter: 10 * m})
+	e.checkStatus("first store after the other's units, GCRA", r.Status(1), status{remaining: 0, retryAfter: 2 * m, resetAfter: 10 * m})
+	other.reset("the other store resets the sliding log", sl.Key)
+	// Closing one instance leaves the state, and the other instance, alone.
+	if err := other.store.Close(); err != nil {
+		e.t.Errorf("closing the other store: %v", err)
+	}
+	r = e.peek("first store after the other's reset and close", e.t0, sl, gc)
+	e.checkStatus("first store after the other's reset, sliding log", r.Status(0), status{allowed: true, remaining: 5})
+	e.checkStatus("first store after the other's close, GCRA", r.Status(1), status{remaining: 0, retryAfter: 2 * m, resetAfter: 10 * m})
 }

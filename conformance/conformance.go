@@ -4,7 +4,7 @@
 // testing/fstest checks an fs.FS:
 //
 //	func TestConformance(t *testing.T) {
-//		conformance.Run(t, func(t *testing.T) ports.Store {
+//		conformance.Run(t, func(t testing.TB) ports.Store {
 //			s, err := local.New(local.Config{})
 //			if err != nil {
 //				t.Fatal(err)
@@ -14,12 +14,30 @@
 //		})
 //	}
 //
-// Each subtest gets a fresh store from the constructor and its own key
-// namespace, conf:{<random id>}:<name>: every key of one subtest shares one
-// Redis Cluster hash tag, and the random id keeps parallel runs against one
-// shared server apart. Time is a parameter: subtests replay scripted
-// timelines of fixed instants and never sleep, so the expected remaining,
-// retry-after and reset-after values are exact to the microsecond.
+// Run checks the whole ports.Store contract: exact limits, cost, key
+// isolation, all-or-nothing across keys, both algorithms, peek, reset,
+// context, invalid input, concurrency, Close, and timelines that move the
+// caller's clock (units leaving a window at an exact instant, a clock
+// going backwards). Each case is a subtest named for what it proves; each
+// gets a fresh store from the constructor and its own key namespace,
+// conf:{<random id>}:<name>, so the cases run in parallel, even against
+// one shared server, and every key of a case shares one Redis Cluster hash
+// tag. Time is a parameter: cases pass fixed instants and never sleep, so
+// remaining, retry-after and reset-after are checked to the microsecond.
+//
+// A store that differs from the full contract, or offers more, says so
+// with Features and RunWith:
+//
+//	conformance.RunWith(t, conformance.Features{ServerTime: true, Shared: true}, newStore)
+//
+// A store that reads its own clock (ServerTime) runs every case that does
+// not script the caller's clock; the cases left out are listed in the
+// test log, never counted as passes.
+//
+// Check runs the suite without a *testing.T and returns the cases that
+// failed, so a test can assert that a broken store fails what it should:
+//
+//	require.Contains(t, conformance.Check(conformance.Features{}, newBrokenStore).Cases(), "AllOrNothingAcrossNineKeys")
 //
 // NewReferenceStore is a small, obviously correct store that passes the
 // suite; Benchmark measures any store on the request shapes sluice sends.
@@ -31,6 +49,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,38 +58,68 @@ import (
 	"github.com/sluicehq/sluice/ports"
 )
 
-// Run checks that the stores made by newStore behave as ports.Store says.
-//
-// newStore is called once per subtest and must return a fresh, open store;
-// it registers its own cleanup (t.Cleanup) and may call t.Fatal. The
-// subtests run one after another, so newStore need not be safe for
-// simultaneous use; the store it returns must be.
-//
-// The suite writes only keys of the form conf:{<random id>}:<name> and
-// resets them when a subtest ends, so it may share a server with other
-// data. It needs a store that uses the now it is given: a store configured
-// to read its own clock (e.g. Redis TIME) cannot pass it.
-func Run(t *testing.T, newStore func(t *testing.T) ports.Store) {
-	t.Helper()
-	run(testingT{t}, func(t tb) ports.Store { return newStore(t.(testingT).T) })
+// Features declares how a store departs from, or goes beyond, the full
+// ports.Store contract. The zero value asks for that contract exactly,
+// and nothing beyond it.
+type Features struct {
+	// ServerTime declares a store that ignores the now it is given and
+	// reads its own clock (the Redis store's default, which reads Redis
+	// TIME). The cases that script the caller's clock do not apply and
+	// are not run. The others use windows long enough that nothing leaves
+	// them while the case runs, so every count stays exact; a retry-after
+	// or reset-after may then be short of the scripted value by as much
+	// time as the case has taken so far, never long.
+	//
+	// The store must read its clock as part of each atomic decision, as
+	// the Redis script reads TIME, so that a decision never sees an
+	// earlier instant than one committed before it: a clock read before
+	// taking the lock lets concurrent requests arrive out of order, and
+	// GCRA then refuses a burst's last unit.
+	ServerTime bool
+	// Shared declares that the stores the constructor makes within one
+	// test count on one state, as the instances of a fleet do on one Redis:
+	// a case then opens two stores and checks that each sees the other's
+	// units and resets, and that closing one leaves the other working.
+	Shared bool
 }
 
-// tb is the part of *testing.T the suite uses. The suite is written against
-// it, rather than *testing.T, so that the suite's own tests can drive it
-// with a recording fake and prove that broken stores fail named subtests.
+// Run checks that the stores made by newStore keep the whole ports.Store
+// contract. It is RunWith with the zero Features.
+func Run(t *testing.T, newStore func(t testing.TB) ports.Store) {
+	t.Helper()
+	RunWith(t, Features{}, newStore)
+}
+
+// RunWith checks that the stores made by newStore behave as ports.Store
+// says, given the features f the store declares. Each case is a parallel
+// subtest of t.
+//
+// newStore is called once per case (twice in the Shared case), from the
+// case's own goroutine, with the case's t, and must return a fresh, open
+// store; it registers the store's cleanup (t.Cleanup) and may call
+// t.Fatal. Calls run in parallel, so newStore must be safe for
+// simultaneous use, as must the stores.
+//
+// The suite writes only keys of the form conf:{<random id>}:<name> and
+// resets them when a case ends, so it may share a server with other data.
+func RunWith(t *testing.T, f Features, newStore func(t testing.TB) ports.Store) {
+	t.Helper()
+	run(testingT{t}, f, newStore)
+}
+
+// tb is what the suite needs of a test: testing.TB, plus subtests and
+// Parallel. The suite is written against it so that Check can drive it
+// with its own implementation.
 type tb interface {
-	Helper()
-	Name() string
-	Logf(format string, args ...any)
-	Errorf(format string, args ...any)
-	// Fatalf reports a failure and ends the current subtest's goroutine.
-	Fatalf(format string, args ...any)
-	Cleanup(f func())
-	// Context is cancelled just before the subtest's cleanups run.
-	Context() context.Context
-	// Run runs f as a subtest named name, waits for it and reports whether
-	// it passed.
+	testing.TB
+	// Run runs f as a subtest named name and reports whether it passed
+	// (true for a parallel subtest still running).
 	Run(name string, f func(t tb)) bool
+	// Parallel lets the subtest run alongside its parallel siblings once
+	// the parent's function has returned.
+	Parallel()
+	// unwrap returns the testing.TB handed to the store's constructor.
+	unwrap() testing.TB
 }
 
 // testingT adapts *testing.T to tb.
@@ -79,55 +129,111 @@ func (t testingT) Run(name string, f func(t tb)) bool {
 	return t.T.Run(name, func(t *testing.T) { f(testingT{t}) })
 }
 
-// testCase is one named property of the contract.
-type testCase struct {
-	name string
-	run  func(e *env)
-}
+func (t testingT) unwrap() testing.TB { return t.T }
 
-// run is Run on any tb.
-func run(t tb, newStore func(t tb) ports.Store) {
+// run registers the cases that apply to f as parallel subtests of t, and
+// logs the others with the reason they were not run.
+func run(t tb, f Features, newStore func(t testing.TB) ports.Store) {
 	t.Helper()
+	var reasons []string
+	notRun := map[string][]string{}
 	for _, c := range cases() {
+		if why := c.notApplicable(f); why != "" {
+			if notRun[why] == nil {
+				reasons = append(reasons, why)
+			}
+			notRun[why] = append(notRun[why], c.name)
+		}
+	}
+	for _, why := range reasons {
+		t.Logf("not run with Features%+v, because %s: %s", f, why, strings.Join(notRun[why], ", "))
+	}
+	for _, c := range cases() {
+		if c.notApplicable(f) != "" {
+			continue
+		}
 		t.Run(c.name, func(t tb) {
-			c.run(newEnv(t, newStore(t)))
+			// Every case has its own store and key namespace.
+			t.Parallel()
+			c.run(newEnv(t, f, newStore))
 		})
 	}
 }
 
-// env is what one subtest works with: its store, its key namespace, its
+// testCase is one named property of the contract.
+type testCase struct {
+	name string
+	// scripted marks a case that moves the caller's clock: it cannot hold
+	// on a store that reads its own.
+	scripted bool
+	// shared marks a case that needs Features.Shared.
+	shared bool
+	run    func(e *env)
+}
+
+// notApplicable returns why c does not apply to a store with features f,
+// or "" when it does.
+func (c testCase) notApplicable(f Features) string {
+	switch {
+	case c.scripted && f.ServerTime:
+		return "they script the caller's clock, which a ServerTime store ignores"
+	case c.shared && !f.Shared:
+		return "they need stores that share their state, and Shared is not declared"
+	}
+	return ""
+}
+
+// env is what one case works with: its store, its key namespace, its
 // epoch t0 and a context.
 type env struct {
 	t     tb
 	store ports.Store
-	ctx   context.Context
-	ns    string
+	// open makes another store, for the Shared case.
+	open func() ports.Store
+	ctx  context.Context
+	ns   string
 	// prefix sets a nested subtest's keys apart within the namespace.
 	prefix string
 	t0     time.Time
-	used   map[string]bool
+	// ownClock is Features.ServerTime; start is when the case began, on
+	// this machine's clock, so a duration may fall short by time.Since(start).
+	ownClock bool
+	start    time.Time
+	keys     *keySet
 }
 
-func newEnv(t tb, store ports.Store) *env {
+// keySet is the keys a case used, reset when it ends. Parallel nested
+// subtests add to it.
+type keySet struct {
+	mu   sync.Mutex
+	used map[string]bool
+}
+
+func newEnv(t tb, f Features, newStore func(t testing.TB) ports.Store) *env {
 	e := &env{
 		t:     t,
-		store: store,
+		store: newStore(t.unwrap()),
+		open:  func() ports.Store { return newStore(t.unwrap()) },
 		ctx:   t.Context(),
 		ns:    newNamespace(t),
 		// Whole seconds near the wall clock: instants a store sees are
 		// plausible, and every offset the suite adds stays whole
 		// microseconds, the unit every store counts in.
-		t0:   time.Now().Truncate(time.Second),
-		used: map[string]bool{},
+		t0:       time.Now().Truncate(time.Second),
+		ownClock: f.ServerTime,
+		keys:     &keySet{used: map[string]bool{}},
 	}
 	// Cleanups run last-in first-out, so this runs before the Close the
 	// constructor registered: a shared server keeps no key of the suite,
 	// not even those of a window long enough to outlive its TTL budget.
 	t.Cleanup(func() {
-		for k := range e.used {
+		e.keys.mu.Lock()
+		defer e.keys.mu.Unlock()
+		for k := range e.keys.used {
 			_ = e.store.Reset(context.Background(), k)
 		}
 	})
+	e.start = time.Now()
 	return e
 }
 
@@ -140,11 +246,13 @@ func newNamespace(t interface{ Fatalf(string, ...any) }) string {
 	return hex.EncodeToString(b[:])
 }
 
-// key returns the store key of name in the subtest's namespace. Every key
+// key returns the store key of name in the case's namespace. Every key
 // shares the hash tag {ns}, so one request never spans two cluster slots.
 func (e *env) key(name string) string {
 	k := "conf:{" + e.ns + "}:" + e.prefix + name
-	e.used[k] = true
+	e.keys.mu.Lock()
+	e.keys.used[k] = true
+	e.keys.mu.Unlock()
 	return k
 }
 
@@ -153,12 +261,19 @@ func (e *env) key(name string) string {
 func (e *env) sub(t tb, prefix string) *env {
 	s := *e
 	s.t = t
+	s.ctx = t.Context()
 	s.prefix = e.prefix + prefix
 	return &s
 }
 
-// at returns the instant d after t0.
-func (e *env) at(d time.Duration) time.Time { return e.t0.Add(d) }
+// at returns the instant d after t0. Only scripted cases move the clock:
+// a case that applies to a ServerTime store passes t0 alone.
+func (e *env) at(d time.Duration) time.Time {
+	if d != 0 && e.ownClock {
+		e.t.Fatalf("conformance: a case run on a store with its own clock scripted t0%+v; it must be marked scripted", d)
+	}
+	return e.t0.Add(d)
+}
 
 // evaluate calls Evaluate and ends the subtest on an error.
 func (e *env) evaluate(label string, now time.Time, limits ...domain.Limit) domain.Result {
@@ -167,7 +282,7 @@ func (e *env) evaluate(label string, now time.Time, limits ...domain.Limit) doma
 	if err != nil {
 		e.t.Fatalf("%s: Evaluate: unexpected error: %v", label, err)
 	}
-	checkN(e.t, label, r, len(limits))
+	e.checkN(label, r, len(limits))
 	return r
 }
 
@@ -178,7 +293,7 @@ func (e *env) peek(label string, now time.Time, limits ...domain.Limit) domain.R
 	if err != nil {
 		e.t.Fatalf("%s: Peek: unexpected error: %v", label, err)
 	}
-	checkN(e.t, label, r, len(limits))
+	e.checkN(label, r, len(limits))
 	return r
 }
 
@@ -201,10 +316,33 @@ func (e *env) consume(label string, now time.Time, l domain.Limit, n int) {
 	}
 }
 
-func checkN(t tb, label string, r domain.Result, n int) {
-	t.Helper()
+func (e *env) checkN(label string, r domain.Result, n int) {
+	e.t.Helper()
 	if got := len(r.Statuses()); got != n {
-		t.Fatalf("%s: %d statuses in the result, want %d (one per limit)", label, got, n)
+		e.t.Fatalf("%s: %d statuses in the result, want %d (one per limit)", label, got, n)
+	}
+}
+
+// clockSlack absorbs the truncation of instants to whole microseconds and
+// any difference in rate between this machine's clock and the store's.
+const clockSlack = time.Millisecond
+
+// checkDuration compares a retry-after or reset-after with the value the
+// case expects at its scripted instant. On a store with its own clock
+// every duration the suite checks runs from a unit recorded during the
+// case to now, so it may be short by the time the case has taken, never
+// long.
+func (e *env) checkDuration(label, field string, got, want time.Duration) {
+	e.t.Helper()
+	if !e.ownClock {
+		if got != want {
+			e.t.Errorf("%s: %s = %v, want %v", label, field, got, want)
+		}
+		return
+	}
+	taken := time.Since(e.start) + clockSlack
+	if got > want || got < want-taken {
+		e.t.Errorf("%s: %s = %v, want %v, or less by at most the %v the case has taken (the store reads its own clock)", label, field, got, want, taken)
 	}
 }
 
@@ -217,20 +355,16 @@ type status struct {
 }
 
 // checkStatus compares one limit's status with its expectation.
-func checkStatus(t tb, label string, got domain.LimitStatus, want status) {
-	t.Helper()
+func (e *env) checkStatus(label string, got domain.LimitStatus, want status) {
+	e.t.Helper()
 	if got.Allowed != want.allowed {
-		t.Errorf("%s: Allowed = %t, want %t", label, got.Allowed, want.allowed)
+		e.t.Errorf("%s: Allowed = %t, want %t", label, got.Allowed, want.allowed)
 	}
 	if got.Remaining != want.remaining {
-		t.Errorf("%s: Remaining = %d, want %d", label, got.Remaining, want.remaining)
+		e.t.Errorf("%s: Remaining = %d, want %d", label, got.Remaining, want.remaining)
 	}
-	if got.RetryAfter != want.retryAfter {
-		t.Errorf("%s: RetryAfter = %v, want %v", label, got.RetryAfter, want.retryAfter)
-	}
-	if got.ResetAfter != want.resetAfter {
-		t.Errorf("%s: ResetAfter = %v, want %v", label, got.ResetAfter, want.resetAfter)
-	}
+	e.checkDuration(label, "RetryAfter", got.RetryAfter, want.retryAfter)
+	e.checkDuration(label, "ResetAfter", got.ResetAfter, want.resetAfter)
 }
 
 // outcome is the expected aggregate of a result.
@@ -243,23 +377,19 @@ type outcome struct {
 }
 
 // checkResult compares a result's aggregate with its expectation.
-func checkResult(t tb, label string, got domain.Result, want outcome) {
-	t.Helper()
+func (e *env) checkResult(label string, got domain.Result, want outcome) {
+	e.t.Helper()
 	if got.Allowed != want.allowed {
-		t.Errorf("%s: Result.Allowed = %t, want %t", label, got.Allowed, want.allowed)
+		e.t.Errorf("%s: Result.Allowed = %t, want %t", label, got.Allowed, want.allowed)
 	}
 	if got.Limiting != want.limiting {
-		t.Errorf("%s: Result.Limiting = %d, want %d", label, got.Limiting, want.limiting)
+		e.t.Errorf("%s: Result.Limiting = %d, want %d", label, got.Limiting, want.limiting)
 	}
 	if got.Remaining != want.remaining {
-		t.Errorf("%s: Result.Remaining = %d, want %d", label, got.Remaining, want.remaining)
+		e.t.Errorf("%s: Result.Remaining = %d, want %d", label, got.Remaining, want.remaining)
 	}
-	if got.RetryAfter != want.retryAfter {
-		t.Errorf("%s: Result.RetryAfter = %v, want %v", label, got.RetryAfter, want.retryAfter)
-	}
-	if got.ResetAfter != want.resetAfter {
-		t.Errorf("%s: Result.ResetAfter = %v, want %v", label, got.ResetAfter, want.resetAfter)
-	}
+	e.checkDuration(label, "Result.RetryAfter", got.RetryAfter, want.retryAfter)
+	e.checkDuration(label, "Result.ResetAfter", got.ResetAfter, want.resetAfter)
 }
 
 // step is one request of a single-limit timeline.
@@ -282,12 +412,12 @@ func (e *env) replay(key string, w domain.Window, steps []step) {
 		}
 		label := stepLabel(i, op, s)
 		r := call(label, e.at(s.at), l)
-		checkStatus(e.t, label, r.Status(0), s.want)
+		e.checkStatus(label, r.Status(0), s.want)
 		retry := s.want.retryAfter
 		if s.want.allowed {
 			retry = 0
 		}
-		checkResult(e.t, label+" (aggregate)", r, outcome{
+		e.checkResult(label+" (aggregate)", r, outcome{
 			allowed:    s.want.allowed,
 			limiting:   0,
 			remaining:  s.want.remaining,

@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"slices"
 	"sort"
@@ -20,7 +19,7 @@ import (
 // only worth something if it fails broken stores. faultyStore is a second,
 // independent implementation of the store contract (one timestamp per unit
 // for sliding logs, its own GCRA arithmetic) into which one fault at a time
-// is injected; fakeT records which named subtests of the suite fail.
+// is injected, and Check reports which named cases of the suite fail.
 
 // fault is one way to get a store wrong.
 type fault int
@@ -98,7 +97,10 @@ var faultNames = map[fault]string{
 func (f fault) String() string { return faultNames[f] }
 
 type faultyStore struct {
-	fault    fault
+	fault fault
+	// ownClock makes the store ignore the now it is given and read this
+	// machine's clock under its lock, as a Redis script reads TIME.
+	ownClock bool
 	inFlight atomic.Int32
 
 	mu     sync.Mutex
@@ -150,6 +152,9 @@ func (s *faultyStore) decide(ctx context.Context, now time.Time, limits []domain
 	if s.closed && s.fault != openAfterClose {
 		s.mu.Unlock()
 		return domain.Result{}, domain.ErrStoreClosed
+	}
+	if s.ownClock {
+		now = time.Now()
 	}
 	at := now.UnixMicro()
 	st := make([]domain.LimitStatus, len(limits))
@@ -343,135 +348,17 @@ func (s *faultyStore) Close() error {
 	return nil
 }
 
-// fakeT is a tb that records failures instead of reporting them, so that a
-// test can run the suite and then assert which subtests failed.
-type fakeT struct {
-	name   string
-	ctx    context.Context
-	cancel context.CancelFunc
-	report *report
-
-	mu       sync.Mutex
-	failed   bool
-	cleanups []func()
-}
-
-// report collects what every fakeT of one run saw.
-type report struct {
-	mu       sync.Mutex
-	failures map[string][]string // subtest name → its messages
-	ran      []string
-}
-
-func newFakeT(name string, rep *report) *fakeT {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &fakeT{name: name, ctx: ctx, cancel: cancel, report: rep}
-}
-
-func (t *fakeT) Helper()                  {}
-func (t *fakeT) Name() string             { return t.name }
-func (t *fakeT) Context() context.Context { return t.ctx }
-func (t *fakeT) Logf(string, ...any)      {}
-
-func (t *fakeT) Errorf(format string, args ...any) {
-	t.mu.Lock()
-	t.failed = true
-	t.mu.Unlock()
-	t.report.mu.Lock()
-	t.report.failures[t.name] = append(t.report.failures[t.name], fmt.Sprintf(format, args...))
-	t.report.mu.Unlock()
-}
-
-// Fatalf ends the subtest's goroutine, as testing.T's does; deferred calls,
-// and so the cleanups, still run.
-func (t *fakeT) Fatalf(format string, args ...any) {
-	t.Errorf(format, args...)
-	runtime.Goexit()
-}
-
-func (t *fakeT) Cleanup(f func()) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.cleanups = append(t.cleanups, f)
-}
-
-func (t *fakeT) Failed() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.failed
-}
-
-// finish cancels the context and runs the cleanups, last first.
-func (t *fakeT) finish() {
-	t.cancel()
-	t.mu.Lock()
-	cs := t.cleanups
-	t.cleanups = nil
-	t.mu.Unlock()
-	for _, f := range slices.Backward(cs) {
-		f()
-	}
-}
-
-func (t *fakeT) Run(name string, f func(t tb)) bool {
-	child := newFakeT(t.name+"/"+name, t.report)
-	t.report.mu.Lock()
-	t.report.ran = append(t.report.ran, child.name)
-	t.report.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer child.finish()
-		defer func() {
-			if p := recover(); p != nil {
-				child.Errorf("panic: %v", p)
-			}
-		}()
-		f(child)
-	}()
-	<-done
-	if child.Failed() {
-		t.mu.Lock()
-		t.failed = true
-		t.mu.Unlock()
-	}
-	return !child.Failed()
-}
-
-// runSuite runs the suite on stores made by newStore and returns its
-// report; top-level subtest names have the "suite/" prefix stripped.
-func runSuite(newStore func() ports.Store) (failed map[string][]string, ran []string) {
-	rep := &report{failures: map[string][]string{}}
-	root := newFakeT("suite", rep)
-	run(root, func(t tb) ports.Store {
-		s := newStore()
+// checkFaulty runs the suite, as Check, on faulty stores with fault f and
+// returns the failures and how many stores the suite opened.
+func checkFaulty(features Features, f fault) (Failures, int64) {
+	var opened atomic.Int64
+	failed := Check(features, func(t testing.TB) ports.Store {
+		opened.Add(1)
+		s := newFaultyStore(f)
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	})
-	root.finish()
-	failed = map[string][]string{}
-	for name, msgs := range rep.failures {
-		failed[strings.TrimPrefix(name, "suite/")] = msgs
-	}
-	for _, name := range rep.ran {
-		ran = append(ran, strings.TrimPrefix(name, "suite/"))
-	}
-	return failed, ran
-}
-
-// topLevel returns the sorted top-level subtests among names.
-func topLevel[V any](names map[string]V) []string {
-	set := map[string]bool{}
-	for name := range names {
-		top, _, _ := strings.Cut(name, "/")
-		set[top] = true
-	}
-	var out []string
-	for name := range set {
-		out = append(out, name)
-	}
-	sort.Strings(out)
-	return out
+	return failed, opened.Load()
 }
 
 func TestSuiteHasNamedSubtests(t *testing.T) {
@@ -488,21 +375,29 @@ func TestSuiteHasNamedSubtests(t *testing.T) {
 }
 
 func TestCorrectStoresPassEverySubtest(t *testing.T) {
-	stores := map[string]func() ports.Store{
-		"ReferenceStore":   NewReferenceStore,
-		"FaultyStoreClean": func() ports.Store { return newFaultyStore(noFault) },
-	}
-	for name, newStore := range stores {
-		t.Run(name, func(t *testing.T) {
-			failed, ran := runSuite(newStore)
-			if len(ran) < len(cases()) {
-				t.Errorf("ran %d subtests, want at least %d", len(ran), len(cases()))
-			}
-			for sub, msgs := range failed {
-				t.Errorf("%s failed:\n\t%s", sub, strings.Join(msgs, "\n\t"))
-			}
+	// Shared is not declared: every case but the Shared one runs, each
+	// on a store of its own.
+	want := int64(len(cases()) - 1)
+	t.Run("ReferenceStore", func(t *testing.T) {
+		t.Parallel()
+		var opened atomic.Int64
+		failed := Check(Features{}, func(t testing.TB) ports.Store {
+			opened.Add(1)
+			s := NewReferenceStore()
+			t.Cleanup(func() { _ = s.Close() })
+			return s
 		})
-	}
+		if len(failed) > 0 || opened.Load() != want {
+			t.Errorf("%d cases opened a store, want %d; failures:\n%s", opened.Load(), want, failed)
+		}
+	})
+	t.Run("FaultyStoreClean", func(t *testing.T) {
+		t.Parallel()
+		failed, opened := checkFaulty(Features{}, noFault)
+		if len(failed) > 0 || opened != want {
+			t.Errorf("%d cases opened a store, want %d; failures:\n%s", opened, want, failed)
+		}
+	})
 }
 
 // TestSuiteFailsFaultyStores is the point of the suite's own tests: each
@@ -517,7 +412,7 @@ func TestSuiteFailsFaultyStores(t *testing.T) {
 		peekConsumes:            {"PeekConsumesNothing", "PeekAgreesWithEvaluate"},
 		firstRefusalLimits:      {"RefusalReportsLongestRetryAfter"},
 		fixedWindow:             {"SlidingLogUnitsLeaveExactlyOnePeriodLater", "SlidingLogRetryAfterWaitsForEnoughOldestUnits"},
-		roundedEmission:         {"GCRARetryAfterUsesTruncatedEmissionInterval"},
+		roundedEmission:         {"GCRARetryAfterUsesTruncatedEmissionInterval", "GCRABurstCapacityUsesTruncatedEmissionInterval"},
 		forgetsOnBackwardsClock: {"ClockBackwardsNeverAdmitsMoreThanLimit", "ClockJitterNeverAdmitsMoreThanLimit"},
 		ignoresFutureUnits:      {"ClockBackwardsNeverAdmitsMoreThanLimit", "ClockJitterNeverAdmitsMoreThanLimit"},
 		checkThenAct:            {"ConcurrentRequestsOnOneKeyAdmitExactlyLimit"},
@@ -530,12 +425,13 @@ func TestSuiteFailsFaultyStores(t *testing.T) {
 	}
 	for f := noFault + 1; int(f) < len(faultNames); f++ {
 		t.Run(f.String(), func(t *testing.T) {
+			t.Parallel()
 			want, ok := mustFail[f]
 			if !ok {
 				t.Fatalf("fault %s has no expected failures", f)
 			}
-			failed, _ := runSuite(func() ports.Store { return newFaultyStore(f) })
-			got := topLevel(failed)
+			failed, _ := checkFaulty(Features{}, f)
+			got := failed.Cases()
 			t.Logf("failed: %s", strings.Join(got, ", "))
 			for _, name := range want {
 				if !slices.Contains(got, name) {
@@ -543,30 +439,5 @@ func TestSuiteFailsFaultyStores(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// TestFakeTRecordsFatalAndCleanup checks the recording fake itself: a
-// Fatalf ends the subtest but not its siblings, and cleanups run last
-// first.
-func TestFakeTRecordsFatalAndCleanup(t *testing.T) {
-	rep := &report{failures: map[string][]string{}}
-	root := newFakeT("root", rep)
-	var order []string
-	okA := root.Run("a", func(t tb) {
-		t.Cleanup(func() { order = append(order, "first") })
-		t.Cleanup(func() { order = append(order, "second") })
-		t.Fatalf("stop")
-		order = append(order, "after Fatalf")
-	})
-	okB := root.Run("b", func(t tb) { order = append(order, "b ran") })
-	if okA || !okB {
-		t.Errorf("Run results: a %t, b %t; want false, true", okA, okB)
-	}
-	if want := []string{"second", "first", "b ran"}; !slices.Equal(order, want) {
-		t.Errorf("order %v, want %v", order, want)
-	}
-	if root.ctx.Err() != nil || !root.Failed() {
-		t.Errorf("root: context err %v, failed %t; want live context, failed", root.ctx.Err(), root.Failed())
 	}
 }

@@ -6,18 +6,16 @@ import (
 	"github.com/sluicehq/sluice/ports"
 )
 
+func newReference(t testing.TB) ports.Store {
+	s := NewReferenceStore()
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 func TestReferenceStore(t *testing.T) {
-	Run(t, func(t *testing.T) ports.Store {
-		s := NewReferenceStore()
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	})
+	Run(t, newReference)
 }
 
 func BenchmarkReferenceStore(b *testing.B) {
-	Benchmark(b, func(b *testing.B) ports.Store {
-		s := NewReferenceStore()
-		b.Cleanup(func() { _ = s.Close() })
-		return s
-	})
+	Benchmark(b, newReference)
 }

@@ -63,13 +63,17 @@ const (
 	CauseLocalCapExceeded Cause = "local_cap_exceeded"
 	CauseLocalLimit       Cause = "local_limit"
 	CauseInvalidLimit     Cause = "invalid_limit"
+	// CauseNoWindow: none of the profile's windows applies to the request
+	// (e.g. user windows only, and an anonymous request): nothing was
+	// counted, and the request is Allowed.
+	CauseNoWindow Cause = "no_window"
 )
 
 // Causes lists every Cause, for metric pre-registration and tests.
 func Causes() []Cause {
 	return []Cause{CauseNone, CauseLimitExceeded, CauseRouteInvalid, CauseIPUnresolved,
 		CauseDimensionInvalid, CauseProfileMissing, CauseStoreUnavailable, CauseStoreTimeout,
-		CauseBreakerOpen, CauseLocalCapExceeded, CauseLocalLimit, CauseInvalidLimit}
+		CauseBreakerOpen, CauseLocalCapExceeded, CauseLocalLimit, CauseInvalidLimit, CauseNoWindow}
 }
 
 // Layer names one layer of the dual-layer (ADR-002) check.
@@ -159,11 +163,18 @@ const (
 	// local action, or the cap of a degraded bypass); counts are per
 	// instance.
 	SourceFallback
+	// SourceRefusalCache: the primary store refused the same key moments
+	// ago, until an instant not yet reached; the instance repeats that
+	// refusal, with the remaining wait, without asking the store again.
+	// Exact: units only leave a window with time.
+	SourceRefusalCache
 )
 
-// String returns "none", "primary" or "fallback".
+// String returns "none", "primary", "fallback" or "refusal_cache".
 func (s Source) String() string {
 	switch s {
+	case SourceRefusalCache:
+		return "refusal_cache"
 	case SourceNone:
 		return "none"
 	case SourcePrimary:

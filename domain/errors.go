@@ -12,10 +12,10 @@ type Code string
 // Stable error codes.
 const (
 	// CodeInvalidContext marks a request whose context (route, ip, identity)
-	// cannot be evaluated. Seed PD-172: ERR-172-03.
+	// cannot be evaluated (docs/adr/005).
 	CodeInvalidContext Code = "ERR-172-03"
-	// CodeInvalidConfig marks a configuration refused at boot. Seed PD-172:
-	// ERR-172-05.
+	// CodeInvalidConfig marks a configuration refused at boot
+	// (docs/adr/005).
 	CodeInvalidConfig Code = "ERR-172-05"
 	// CodeStoreUnavailable marks a store that cannot answer (connection
 	// refused, closed, script error).
@@ -145,3 +145,19 @@ func (e *LimitError) Code() Code { return CodeInvalidLimit }
 
 // Unwrap lets errors.Is(err, ErrInvalidLimit) match.
 func (e *LimitError) Unwrap() error { return ErrInvalidLimit }
+
+// UnknownNameError is returned when a name that must be one of a closed
+// set (an algorithm, a route family, a degraded action, a dimension) is
+// not. Configuration loaders use Name to point at the offending value.
+type UnknownNameError struct {
+	// Kind is what was named: "algorithm", "route family"...
+	Kind string
+	// Name is the name given.
+	Name string
+	// Valid lists the accepted names, for the message.
+	Valid string
+}
+
+func (e *UnknownNameError) Error() string {
+	return fmt.Sprintf("unknown %s %q (want %s)", e.Kind, e.Name, e.Valid)
+}

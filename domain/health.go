@@ -49,7 +49,7 @@ func (e HealthEvent) String() string {
 }
 
 // DefaultClearingProbes is how many consecutive good probes take the
-// machine from DEGRADED back to HEALTHY (seed PD-172:
+// machine from DEGRADED back to HEALTHY (docs/adr/005:
 // degraded_clearing_cycles = 3).
 const DefaultClearingProbes = 3
 
@@ -73,7 +73,7 @@ type StateChange struct {
 	From, To SystemState
 }
 
-// HealthMachine is the system health state machine of seed PD-172 §2.3. It
+// HealthMachine is the system health state machine of docs/adr/005. It
 // is a value: Apply returns the next machine and never mutates its
 // receiver. The zero value is HEALTHY with DefaultClearingProbes.
 type HealthMachine struct {
@@ -92,10 +92,6 @@ func NewHealthMachine(clearing int) HealthMachine {
 
 // State returns the current state.
 func (m HealthMachine) State() SystemState { return m.state }
-
-// GoodProbes returns how many good probes in a row were seen while
-// RECOVERING.
-func (m HealthMachine) GoodProbes() int { return m.good }
 
 func (m HealthMachine) clearingProbes() int {
 	if m.clearing < 1 {

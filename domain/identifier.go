@@ -99,7 +99,7 @@ func NormaliseIdentifier(raw string) (string, error) {
 	return id, nil
 }
 
-// SecretLen is the length of the HMAC secret, in bytes (seed PD-172 §7.3:
+// SecretLen is the length of the HMAC secret, in bytes (docs/adr/005:
 // 32 random bytes, given as 64 hex characters).
 const SecretLen = 32
 

@@ -1,9 +1,6 @@
 package domain
 
-import (
-	"fmt"
-	"strings"
-)
+import "fmt"
 
 // Dimension is what a window is counted per.
 type Dimension uint8
@@ -54,7 +51,7 @@ func ParseDimension(s string) (Dimension, error) {
 			return d, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown dimension %q (want ip, user, apikey, tenant or tenant_global)", s)
+	return 0, &UnknownNameError{Kind: "dimension", Name: s, Valid: "ip, user, apikey, tenant or tenant_global"}
 }
 
 // Dimensions lists every dimension, in key-building order.
@@ -95,20 +92,29 @@ type KeyParts struct {
 
 // Key returns rl:{tag}:dimension:id:routekey:window.
 func (k KeyParts) Key() string {
-	var b strings.Builder
-	b.Grow(len(KeyPrefix) + len(k.Tag) + len(k.ID) + len(k.RouteKey) + len(k.Window) + 24)
-	b.WriteString(KeyPrefix)
-	b.WriteString(":{")
-	b.WriteString(k.Tag)
-	b.WriteString("}:")
-	b.WriteString(k.Dimension.String())
-	b.WriteByte(':')
-	b.WriteString(k.ID)
-	b.WriteByte(':')
-	b.WriteString(k.RouteKey)
-	b.WriteByte(':')
-	b.WriteString(k.Window)
-	return b.String()
+	b := make([]byte, 0, k.Len())
+	return string(k.AppendKey(b))
+}
+
+// Len returns the length of the key in bytes.
+func (k KeyParts) Len() int {
+	return len(KeyPrefix) + len(k.Tag) + len(k.Dimension.String()) + len(k.ID) + len(k.RouteKey) + len(k.Window) + 7
+}
+
+// AppendKey appends the key to b and returns the extended buffer, so that
+// the keys of one decision can share one allocation.
+func (k KeyParts) AppendKey(b []byte) []byte {
+	b = append(b, KeyPrefix...)
+	b = append(b, ":{"...)
+	b = append(b, k.Tag...)
+	b = append(b, "}:"...)
+	b = append(b, k.Dimension.String()...)
+	b = append(b, ':')
+	b = append(b, k.ID...)
+	b = append(b, ':')
+	b = append(b, k.RouteKey...)
+	b = append(b, ':')
+	return append(b, k.Window...)
 }
 
 // TenantKey is ADR-002's tenant key: rl:{tenant}.

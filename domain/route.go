@@ -43,7 +43,7 @@ func ParseRouteFamily(s string) (RouteFamily, error) {
 	case "costly":
 		return FamilyCostly, nil
 	}
-	return 0, fmt.Errorf("unknown route family %q (want read, auth or costly)", s)
+	return 0, &UnknownNameError{Kind: "route family", Name: s, Valid: "read, auth or costly"}
 }
 
 // Families lists the route families.
@@ -88,10 +88,10 @@ func ParseDegradedAction(s string) (DegradedAction, error) {
 	case "local":
 		return ActionLocal, nil
 	}
-	return 0, fmt.Errorf("unknown degraded action %q (want bypass, deny or local)", s)
+	return 0, &UnknownNameError{Kind: "degraded action", Name: s, Valid: "bypass, deny or local"}
 }
 
-// Degraded-mode constants of seed PD-172.
+// Degraded-mode constants (docs/adr/005).
 const (
 	// DegradedCapFactor × the burst limit is the per-instance cap of a
 	// bypassed family, per DegradedCapPeriod.
@@ -107,7 +107,7 @@ type DegradedMatrix struct {
 	Read, Auth, Costly DegradedAction
 }
 
-// DefaultDegradedMatrix is seed PD-172's: read bypasses, auth and costly
+// DefaultDegradedMatrix is docs/adr/005's: read bypasses, auth and costly
 // deny.
 func DefaultDegradedMatrix() DegradedMatrix {
 	return DegradedMatrix{Read: ActionBypass, Auth: ActionDeny, Costly: ActionDeny}
@@ -173,7 +173,7 @@ func (p RouteProfile) BurstLimit() int64 {
 // MaxRouteLen is the longest route template accepted.
 const MaxRouteLen = 255
 
-// ValidateRoute checks a route template against seed PD-172's pattern
+// ValidateRoute checks a route template against the pattern of docs/adr/005
 // ^/[A-Za-z0-9._~!$&'()*+,;=:@%/-]{1,255}$ without a regexp on the hot
 // path. It returns a *ContextError with CauseRouteInvalid.
 func ValidateRoute(route string) error {

@@ -65,9 +65,9 @@ func (s *LogState) Check(now int64, w Window, cost int64) LimitStatus {
 	return st
 }
 
-// Commit records cost units at now. Call it only after Check allowed them
+// commit records cost units at now. Call it only after Check allowed them
 // (and, across keys, after every Check of the request allowed).
-func (s *LogState) Commit(now int64, w Window, cost int64) {
+func (s *LogState) commit(now int64, w Window, cost int64) {
 	s.total += cost
 	n := len(s.entries)
 	switch {
@@ -91,9 +91,11 @@ func (s *LogState) Commit(now int64, w Window, cost int64) {
 	}
 }
 
-// Committed applies Commit and returns the status after consumption.
+// Committed records cost units at now and returns the status after
+// consumption. Call it only after Check allowed them (for a request, after
+// every Check of the request allowed).
 func (s *LogState) Committed(now int64, w Window, cost int64, checked LimitStatus) LimitStatus {
-	s.Commit(now, w, cost)
+	s.commit(now, w, cost)
 	checked.Remaining = max(w.Limit-s.total, 0)
 	checked.ResetAfter = Micros(s.entries[len(s.entries)-1].at + w.PeriodMicros() - now)
 	return checked

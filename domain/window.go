@@ -39,7 +39,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	case "gcra":
 		return GCRA, nil
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (want sliding_log or gcra)", s)
+	return 0, &UnknownNameError{Kind: "algorithm", Name: s, Valid: "sliding_log or gcra"}
 }
 
 // Bounds of a window. Time is counted in whole microseconds everywhere in
@@ -54,7 +54,7 @@ const (
 	MaxSlidingLogLimit = 100_000
 )
 
-// Well-known window names (seed PD-172). Any other non-empty name is allowed.
+// Well-known window names. Any other non-empty name is allowed.
 const (
 	WindowBurst     = "burst"
 	WindowSustained = "sustained"

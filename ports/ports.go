@@ -40,6 +40,9 @@ type Store interface {
 	//
 	// A request that breaks the contract of domain.ValidateLimits is refused
 	// with a *domain.LimitError before anything is read or written.
+	//
+	// The store must not keep limits (the slice) once the call returns: the
+	// caller reuses its memory. Keeping a key string is fine.
 	Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error)
 
 	// Peek answers as Evaluate would at now, consuming nothing. Remaining

@@ -10,18 +10,20 @@ import (
 // TestConformance runs the shared store suite twice: on a default store, and
 // on one whose cache fits no entry, so that every key lives outside
 // ristretto and the suite's exactness is checked on the pending path too.
+// The local store counts on the instant it is given, one state per store:
+// the full contract, no Features.
 func TestConformance(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		cfg  Config
 	}{{"default", Config{}}, {"nothing cached", tinyCache}} {
 		t.Run(c.name, func(t *testing.T) {
-			conformance.Run(t, func(t *testing.T) ports.Store { return newStore(t, c.cfg) })
+			conformance.Run(t, func(t testing.TB) ports.Store { return newStore(t, c.cfg) })
 		})
 	}
 }
 
 // BenchmarkConformance runs the shared store benchmarks on a default store.
 func BenchmarkConformance(b *testing.B) {
-	conformance.Benchmark(b, func(b *testing.B) ports.Store { return newStore(b, Config{}) })
+	conformance.Benchmark(b, func(t testing.TB) ports.Store { return newStore(t, Config{}) })
 }

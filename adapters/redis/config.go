@@ -11,7 +11,7 @@ import (
 )
 
 // DefaultTimeout is the deadline of one store call when Config.Timeout is
-// zero: the decision pipeline's budget for the store (seed PD-172).
+// zero: the decision pipeline's budget for the store (docs/adr/005).
 const DefaultTimeout = 50 * time.Millisecond
 
 // DefaultDialTimeout bounds connecting to a node when Config.DialTimeout is

@@ -132,7 +132,7 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 		return nil, &domain.ConfigError{Field: "redis.mode", Reason: "cluster required, but the server is " + string(client.Mode())}
 	}
 	s.client, s.ownClient = client, true
-	// Load the script at boot (seed PD-172 §2.2) so that the first
+	// Load the script at boot (docs/adr/005) so that the first
 	// decisions do not pay for it under their 50 ms deadline. A failure here
 	// is not fatal: EVALSHA falls back to EVAL on NOSCRIPT.
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.dialTimeout())

@@ -1,4 +1,4 @@
-// Package archtest enforces the import rule of DESIGN.md with go list.
+// Package archtest enforces the import rule of docs/adr/001 with go list.
 package archtest
 
 import (

@@ -10,7 +10,10 @@ import (
 	"time"
 )
 
-func TestMain(m *testing.M) { Main(m) }
+func TestMain(m *testing.M) {
+	lockPortChild() // exits when the binary runs as another test binary's stand-in
+	Main(m)
+}
 
 func TestStandalone(t *testing.T) {
 	ctx := t.Context()

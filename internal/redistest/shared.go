@@ -1,15 +1,12 @@
 package redistest
 
 import (
-	"context"
 	"fmt"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // Environment variables that replace the harness' own servers.
@@ -19,9 +16,6 @@ const (
 	// EnvClusterAddrs names cluster nodes, e.g. 10.0.0.5:7000,10.0.0.6:7000.
 	EnvClusterAddrs = "REDIS_CLUSTER_ADDRS"
 )
-
-// clusterTimeout bounds the wait for a new cluster to agree on its slots.
-const clusterTimeout = 30 * time.Second
 
 // The shared servers, started at most once per test binary. A failed start
 // is remembered, so every later caller fails with the same error instead of
@@ -116,7 +110,7 @@ func sharedStandalone(t testing.TB) *Server {
 		if standaloneErr != nil {
 			return
 		}
-		standalone, standaloneErr = startServer(bin, dir, false, nil)
+		standalone, standaloneErr = newServer(bin, dir, Config{}, nil)
 	})
 	if standaloneErr != nil {
 		t.Fatalf("redistest: shared standalone server: %v", standaloneErr)
@@ -142,7 +136,16 @@ func Cluster(t testing.TB) []string {
 		return addrs
 	}
 	bin := serverBinary(t)
-	clusterOnce.Do(func() { clusterNodes, clusterErr = startCluster(bin) })
+	clusterOnce.Do(func() {
+		var dir string
+		if dir, clusterErr = sharedDir(); clusterErr != nil {
+			return
+		}
+		if dir, clusterErr = os.MkdirTemp(dir, "cluster-"); clusterErr != nil {
+			return
+		}
+		clusterNodes, clusterErr = startCluster(bin, dir, ClusterConfig{Masters: 3, NodeTimeout: sharedNodeTimeout}, false)
+	})
 	if clusterErr != nil {
 		t.Fatalf("redistest: shared cluster: %v", clusterErr)
 	}
@@ -151,130 +154,4 @@ func Cluster(t testing.TB) []string {
 		addrs[i] = n.Addr()
 	}
 	return addrs
-}
-
-// startCluster starts three cluster-enabled servers, gives each a distinct
-// config epoch and a third of the slots, joins them with CLUSTER MEET and
-// waits until every node reports cluster_state:ok with the same slot map.
-func startCluster(bin string) ([]*Server, error) {
-	base, err := sharedDir()
-	if err != nil {
-		return nil, err
-	}
-	const masters = 3
-	nodes := make([]*Server, 0, masters)
-	fail := func(err error) ([]*Server, error) {
-		for _, n := range nodes {
-			_ = n.Stop()
-		}
-		return nil, err
-	}
-	for i := range masters {
-		dir, err := os.MkdirTemp(base, fmt.Sprintf("cluster-%d-", i))
-		if err != nil {
-			return fail(err)
-		}
-		n, err := startServer(bin, dir, true, nil)
-		if err != nil {
-			return fail(err)
-		}
-		nodes = append(nodes, n)
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
-	defer cancel()
-	per := 16384 / masters
-	for i, n := range nodes {
-		lo, hi := i*per, (i+1)*per-1
-		if i == masters-1 {
-			hi = 16383
-		}
-		// Distinct epochs avoid the epoch-collision dance on first contact,
-		// as redis-cli --cluster create does.
-		if _, err := n.Do(ctx, "CLUSTER", "SET-CONFIG-EPOCH", strconv.Itoa(i+1)); err != nil {
-			return fail(fmt.Errorf("node %s: CLUSTER SET-CONFIG-EPOCH: %w", n.Addr(), err))
-		}
-		if _, err := n.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", strconv.Itoa(lo), strconv.Itoa(hi)); err != nil {
-			return fail(fmt.Errorf("node %s: CLUSTER ADDSLOTSRANGE: %w", n.Addr(), err))
-		}
-	}
-	for _, n := range nodes[1:] {
-		if _, err := nodes[0].Do(ctx, "CLUSTER", "MEET", "127.0.0.1", strconv.Itoa(n.port), strconv.Itoa(n.busPort)); err != nil {
-			return fail(fmt.Errorf("CLUSTER MEET %s: %w", n.Addr(), err))
-		}
-	}
-	if err := waitClusterOK(ctx, nodes); err != nil {
-		return fail(err)
-	}
-	return nodes, nil
-}
-
-// waitClusterOK polls every node until each says cluster_state:ok, knows
-// every node, and returns the same CLUSTER SLOTS map as the others.
-func waitClusterOK(ctx context.Context, nodes []*Server) error {
-	var last string
-	for {
-		ok, why := clusterAgrees(ctx, nodes)
-		if ok {
-			return nil
-		}
-		last = why
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cluster not ready within %s: %s", clusterTimeout, last)
-		case <-time.After(pollInterval * 4):
-		}
-	}
-}
-
-func clusterAgrees(ctx context.Context, nodes []*Server) (bool, string) {
-	var first string
-	for i, n := range nodes {
-		v, err := n.Do(ctx, "CLUSTER", "INFO")
-		if err != nil {
-			return false, fmt.Sprintf("%s: CLUSTER INFO: %v", n.Addr(), err)
-		}
-		info, _ := v.(string)
-		for _, want := range []string{
-			"cluster_state:ok",
-			"cluster_slots_assigned:16384",
-			"cluster_slots_ok:16384",
-			"cluster_known_nodes:" + strconv.Itoa(len(nodes)),
-			"cluster_size:" + strconv.Itoa(len(nodes)),
-		} {
-			if !strings.Contains(info, want+"\r\n") {
-				return false, fmt.Sprintf("%s: no %q yet", n.Addr(), want)
-			}
-		}
-		v, err = n.Do(ctx, "CLUSTER", "SLOTS")
-		if err != nil {
-			return false, fmt.Sprintf("%s: CLUSTER SLOTS: %v", n.Addr(), err)
-		}
-		m := slotMap(v)
-		if i == 0 {
-			first = m
-		} else if m != first {
-			return false, fmt.Sprintf("%s sees slots %s, %s sees %s", n.Addr(), m, nodes[0].Addr(), first)
-		}
-	}
-	return true, ""
-}
-
-// slotMap renders a CLUSTER SLOTS reply as "lo-hi@port,..." sorted by lo,
-// which is how Redis returns it.
-func slotMap(v any) string {
-	ranges, _ := v.([]any)
-	var b strings.Builder
-	for _, r := range ranges {
-		e, _ := r.([]any)
-		if len(e) < 3 {
-			continue
-		}
-		master, _ := e[2].([]any)
-		if len(master) < 2 {
-			continue
-		}
-		fmt.Fprintf(&b, "%v-%v@%v,", e[0], e[1], master[1])
-	}
-	return b.String()
 }

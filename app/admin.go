@@ -1,0 +1,232 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+
+	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/ports"
+)
+
+// ErrBreakerOpen is returned (wrapped with domain.ErrStoreUnavailable) by
+// Peek and Reset while the breaker is open: they need the primary store's
+// own answer, and the degraded matrix has none to give.
+var ErrBreakerOpen = errors.New("breaker open")
+
+// Peek answers what Evaluate would answer for req right now, consuming
+// nothing: the quota a `/quota` endpoint shows a customer. It takes the
+// same path as Evaluate up to the store (profile, plan, pseudonymised keys)
+// and asks the primary store under Config.StoreTimeout; Remaining is what
+// is left before the request's cost.
+//
+// A request whose context is invalid gets a RejectedInvalidContext
+// decision and its *domain.ContextError. When the primary store cannot
+// answer (breaker open, failure, timeout) the error wraps
+// domain.ErrStoreUnavailable or domain.ErrStoreTimeout and the decision is
+// the zero Decision: a quota read from one instance's fallback would be
+// wrong for the fleet. Peek is not a decision: only its store call is
+// recorded.
+func (l *Limiter) Peek(ctx context.Context, req Request) (domain.Decision, error) {
+	ev := getEvaluation()
+	defer putEvaluation(ev)
+	l.begin(ev)
+	if err := l.prepare(ev, req); err != nil {
+		ev.reject(err)
+		return ev.d, err
+	}
+	if ev.n == 0 {
+		ev.d.State, ev.d.Cause, ev.d.Remaining = domain.Allowed, domain.CauseNoWindow, -1
+		return ev.d, nil
+	}
+	if l.BreakerOpen() {
+		return domain.Decision{}, fmt.Errorf("%w: %w", domain.ErrStoreUnavailable, ErrBreakerOpen)
+	}
+	res, _, err := l.callStore(ctx, ev, ports.OpPeek)
+	if err != nil {
+		return domain.Decision{}, err
+	}
+	l.fromResult(ev, &res, domain.SourcePrimary)
+	return ev.d, nil
+}
+
+// ResetRequest names whose counts Limiter.Reset forgets: the windows of
+// one Dimension, for the identity given, as requests with that identity
+// count them (docs/adr/004).
+type ResetRequest struct {
+	// Dimension is whose windows are reset: ip, user, apikey or tenant
+	// (tenant also resets the tenant-global windows and the façade's tenant
+	// layer). Required.
+	Dimension domain.Dimension
+	// ClientIP, User, Tenant and APIKey are raw identities, as in a
+	// Request. The Dimension's own identity is required; the others scope
+	// the reset as they scope a request's keys: the windows of user u in
+	// tenant t are not those of user u without a tenant, and an ip's
+	// windows seen with a user are counted apart from the ip's anonymous
+	// ones.
+	ClientIP             netip.Addr
+	User, Tenant, APIKey string
+	// Profiles limits the reset to these profiles ("facade" names the
+	// ADR-002 façades); empty means every profile and the façades.
+	Profiles []string
+	// Actor says who asked (a support agent's id), for the audit record.
+	Actor string
+}
+
+// Reset forgets the counts of an identity: support unblocking a user or
+// an ip. The raw identity goes in; the pseudonymised keys of every window
+// of req.Dimension are reset on the primary store and on the fallback
+// (which holds the degraded counts and the bypass caps), refusals this
+// instance remembers are dropped, and the act is recorded (the Recorder's
+// RecordReset, the security-audit channel). It returns how many keys were
+// reset.
+//
+// A request naming no identity for its dimension, or an unknown profile,
+// is refused with a *domain.ContextError before anything is reset. A
+// primary store that cannot answer makes Reset fail (wrapping
+// domain.ErrStoreUnavailable or domain.ErrStoreTimeout); the failure is
+// recorded too.
+func (l *Limiter) Reset(ctx context.Context, req ResetRequest) (int, error) {
+	keys, id, err := l.resetKeys(req)
+	if err != nil {
+		return 0, err
+	}
+	rec := ports.ResetRecord{Dimension: req.Dimension, SubjectID: id.of(req.Dimension), TenantID: id.tenant, Actor: req.Actor, Keys: len(keys)}
+	if req.ClientIP.IsValid() {
+		rec.ClientIP = req.ClientIP
+	}
+	rec.Err = l.resetAll(ctx, keys)
+	l.refusals.clear()
+	return len(keys), errors.Join(rec.Err, l.rec.RecordReset(ctx, rec))
+}
+
+// resetAll resets keys on the primary store, under the store deadline
+// for each, and on the fallback.
+func (l *Limiter) resetAll(ctx context.Context, keys []string) error {
+	if l.BreakerOpen() {
+		return fmt.Errorf("%w: %w", domain.ErrStoreUnavailable, ErrBreakerOpen)
+	}
+	var errs []error
+	for _, k := range keys {
+		sctx, cancel := context.WithTimeout(ctx, l.cfg.StoreTimeout)
+		start := l.clock.Now()
+		err := classify(l.store.Reset(sctx, k))
+		cancel()
+		l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: ports.OpReset, Start: start, Latency: l.clock.Now().Sub(start), Keys: 1, Err: err})
+		if err != nil {
+			return err // the store is out: the rest would fail alike
+		}
+		if err := l.fallback.Reset(ctx, k); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// resetKeys lists the keys a reset forgets.
+func (l *Limiter) resetKeys(req ResetRequest) ([]string, identity, error) {
+	id, err := l.identify(req.requestOf())
+	if err != nil {
+		return nil, id, err
+	}
+	if !req.ClientIP.IsValid() {
+		id.ip = ""
+	}
+	dims := []domain.Dimension{req.Dimension}
+	switch req.Dimension {
+	case domain.DimensionTenant:
+		dims = append(dims, domain.DimensionTenantGlobal)
+	case domain.DimensionIP, domain.DimensionUser, domain.DimensionAPIKey:
+	default:
+		return nil, id, &domain.ContextError{Cause: domain.CauseDimensionInvalid, Detail: "reset needs a dimension: ip, user, apikey or tenant"}
+	}
+	if id.of(req.Dimension) == "" {
+		return nil, id, &domain.ContextError{Cause: domain.CauseDimensionInvalid, Detail: "reset of " + req.Dimension.String() + " needs that identity"}
+	}
+	profiles, facade, err := l.resetProfiles(req.Profiles)
+	if err != nil {
+		return nil, id, err
+	}
+	var keys []string
+	for _, p := range profiles {
+		keys = append(keys, profileResetKeys(p, id, dims)...)
+	}
+	if facade {
+		keys = append(keys, l.facadeKeys(id, req.Dimension)...)
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys), id, nil
+}
+
+// resetProfiles resolves the profile names of a reset.
+func (l *Limiter) resetProfiles(names []string) (profiles []*profile, facade bool, err error) {
+	if len(names) == 0 {
+		for _, name := range slices.Sorted(maps.Keys(l.profiles.byName)) {
+			profiles = append(profiles, l.profiles.byName[name])
+		}
+		return profiles, true, nil
+	}
+	for _, n := range names {
+		if n == DefaultFacadeProfile {
+			facade = true
+			continue
+		}
+		p, ok := l.profiles.byName[n]
+		if !ok {
+			return nil, false, &domain.ContextError{Cause: domain.CauseProfileMissing, Detail: "reset names an unknown profile"}
+		}
+		profiles = append(profiles, p)
+	}
+	return profiles, facade, nil
+}
+
+// profileResetKeys lists the keys of p's windows of dims for id, and the
+// bypass cap's when id's client is of one of dims.
+func profileResetKeys(p *profile, id identity, dims []domain.Dimension) []string {
+	only := &profile{RouteProfile: domain.RouteProfile{Name: p.Name}}
+	for _, dw := range p.Dimensions {
+		if slices.Contains(dims, dw.Dimension) {
+			only.Dimensions = append(only.Dimensions, dw)
+		}
+	}
+	var ev evaluation
+	ev.addProfileKeys(only, id, 1)
+	keys := make([]string, 0, ev.n+1)
+	for _, lim := range ev.limits[:ev.n] {
+		keys = append(keys, lim.Key)
+	}
+	if capDim, capID := id.client(); slices.Contains(dims, capDim) {
+		keys = append(keys, domain.KeyParts{Tag: capID, Dimension: capDim, ID: capID, RouteKey: p.Name, Window: capWindowName}.Key())
+	}
+	return keys
+}
+
+// facadeKeys lists the façade keys of id's dimension d.
+func (l *Limiter) facadeKeys(id identity, d domain.Dimension) []string {
+	if id.tenant == "" {
+		return nil // every façade key lives under a tenant
+	}
+	var base string
+	var windows []facadeWindow
+	switch d {
+	case domain.DimensionTenant:
+		base, windows = domain.TenantKey(id.tenant), l.facade.tenant
+	case domain.DimensionUser:
+		base, windows = domain.TenantUserKey(id.tenant, id.user), l.facade.user
+	case domain.DimensionAPIKey:
+		base, windows = domain.TenantAPIKeyKey(id.tenant, id.apiKey), l.facade.user
+	default:
+		return nil
+	}
+	keys := make([]string, 0, len(windows)+1)
+	for _, w := range windows {
+		keys = append(keys, base+w.suffix)
+	}
+	// The bypass cap of a façade call counts per (façade, client).
+	capDim, capID := d, id.of(d)
+	keys = append(keys, domain.KeyParts{Tag: capID, Dimension: capDim, ID: capID, RouteKey: DefaultFacadeProfile, Window: capWindowName}.Key())
+	return keys
+}
