@@ -28,12 +28,69 @@ type shard struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	closed     bool
-	cached     int    // entries inCache
-	head, tail *entry // the pending list, oldest first
-	pending    int
-	dels       []*entry // entries whose Del waits for the sweeper
-	_          [64]byte // keep neighbouring shards' locks off one cache line
+	closed  bool
+	cached  int      // entries inCache
+	pending int      // entries pending
+	dels    []*entry // entries whose Del waits for the sweeper
+	_       [64]byte // keep neighbouring shards' locks off one cache line
+}
+
+// lru is the store's list of the pending entries it may forget, least
+// recently used first: the bound costs the keys no longer in use first.
+// Its lock is taken inside a shard lock, never the other way round.
+type lru struct {
+	mu         sync.Mutex
+	head, tail *entry
+}
+
+func (l *lru) push(e *entry) {
+	l.mu.Lock()
+	e.listed, e.prev, e.next = true, l.tail, nil
+	if l.tail != nil {
+		l.tail.next = e
+	} else {
+		l.head = e
+	}
+	l.tail = e
+	l.mu.Unlock()
+}
+
+func (l *lru) remove(e *entry) {
+	l.mu.Lock()
+	l.removeLocked(e)
+	l.mu.Unlock()
+}
+
+func (l *lru) removeLocked(e *entry) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		l.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		l.tail = e.prev
+	}
+	e.listed, e.prev, e.next = false, nil, nil
+}
+
+// touch moves a listed e to the tail.
+func (l *lru) touch(e *entry) {
+	l.mu.Lock()
+	if e.listed && l.tail != e {
+		l.removeLocked(e)
+		e.listed, e.prev = true, l.tail
+		l.tail.next = e
+		l.tail = e
+	}
+	l.mu.Unlock()
+}
+
+func (l *lru) first() *entry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.head
 }
 
 func (s *Store) shardOf(h uint64) *shard { return &s.shards[shardIndex(h)] }
@@ -81,10 +138,17 @@ func (s *Store) lookup(h uint64, l *domain.Limit, create bool) (*entry, error) {
 }
 
 // touchLocked records an access to e that did not find it in ristretto's
-// cache, and offers a pending entry to ristretto again once its back-off
-// has passed. Called with the shard lock held.
+// cache: a pending entry moves to the back of the store's list of pending
+// entries, and is offered to ristretto again once its back-off has passed.
+// Called with the shard lock held.
 func (s *Store) touchLocked(sh *shard, e *entry) {
-	if e.state != pending || e.slot || e.delQueued {
+	if e.state != pending {
+		return
+	}
+	if e.listed {
+		s.lru.touch(e)
+	}
+	if e.slot || e.delQueued {
 		return
 	}
 	e.misses++
@@ -113,7 +177,7 @@ func (s *Store) offer(sh *shard, e *entry) {
 		e.backoff = grow(e.backoff)
 		return
 	}
-	s.unlink(sh, e)
+	s.unpark(sh, e)
 	e.state, e.charge = inFlight, c
 	s.outBytes.Add(c)
 	s.inflightBytes.Add(c)
@@ -122,39 +186,36 @@ func (s *Store) offer(sh *shard, e *entry) {
 
 func grow(backoff int32) int32 { return min(max(2*backoff, 1), maxBackoff) }
 
-// park links e, of the given size, at the tail of its shard's pending list
-// and counts it against the share of keys held outside ristretto. Called
-// with the shard lock held.
+// park makes e pending, of the given size: counted against the share of
+// keys held outside ristretto, and listed last in the store's list of
+// entries it may forget, unless a slot in ristretto or a queued Del holds
+// it. Called with the shard lock held.
 func (s *Store) park(sh *shard, e *entry, size int64) {
 	e.state, e.charge = pending, size
 	s.outBytes.Add(size)
-	e.prev, e.next = sh.tail, nil
-	if sh.tail != nil {
-		sh.tail.next = e
-	} else {
-		sh.head = e
-	}
-	sh.tail = e
 	sh.pending++
+	if forgettable(e) {
+		s.lru.push(e)
+	}
 }
 
-// unlink takes a pending e off its shard's list and uncounts it. Called
-// with the shard lock held.
-func (s *Store) unlink(sh *shard, e *entry) {
-	if e.prev != nil {
-		e.prev.next = e.next
-	} else {
-		sh.head = e.next
+// unpark uncounts a pending e and takes it off the list. Called with the
+// shard lock held.
+func (s *Store) unpark(sh *shard, e *entry) {
+	if e.listed {
+		s.lru.remove(e)
 	}
-	if e.next != nil {
-		e.next.prev = e.prev
-	} else {
-		sh.tail = e.prev
-	}
-	e.prev, e.next = nil, nil
 	sh.pending--
 	s.outBytes.Add(-e.charge)
 	e.charge = 0
+}
+
+// relist lists a pending e once neither a slot in ristretto nor a queued
+// Del holds it any more. Called with the shard lock held.
+func (s *Store) relist(e *entry) {
+	if forgettable(e) && !e.listed {
+		s.lru.push(e)
+	}
 }
 
 // forget removes a pending e from the directory and marks it dead,
@@ -163,7 +224,7 @@ func (s *Store) unlink(sh *shard, e *entry) {
 // key's entry, so that no newer entry of the key can meet the old one in
 // ristretto. Called with the shard lock held.
 func (s *Store) forget(sh *shard, e *entry) {
-	s.unlink(sh, e)
+	s.unpark(sh, e)
 	sh.tab.Store(sh.tab.Load().remove(e))
 	e.state = forgotten
 	e.mu.Lock()
@@ -184,28 +245,26 @@ func forgettable(e *entry) bool { return e.state == pending && !e.slot && !e.del
 // over reports whether the keys held outside ristretto exceed their share.
 func (s *Store) over() bool { return s.outBytes.Load() > s.outCap.Load() }
 
-// trim forgets sh's oldest pending entries while the keys held outside
-// ristretto exceed their share. Called with the shard lock held.
-func (s *Store) trim(sh *shard) {
-	for e := sh.head; e != nil && s.over(); {
-		next := e.next
-		if forgettable(e) {
+// trim forgets the least recently used pending entries while the keys held
+// outside ristretto exceed their share. Called without any lock: each
+// candidate is locked with its shard, and forgotten only if it is still
+// first.
+func (s *Store) trim() {
+	for s.over() {
+		e := s.lru.first()
+		if e == nil {
+			return
+		}
+		sh := s.shardOf(e.hash)
+		sh.mu.Lock()
+		closed := sh.closed
+		if !closed && e.listed && s.lru.first() == e {
 			s.forget(sh, e)
 		}
-		e = next
-	}
-}
-
-// trimAll trims the shards after shard from, in turn, while the share is
-// still exceeded. Called without any lock.
-func (s *Store) trimAll(from int) {
-	for i := 1; i < numShards && s.over(); i++ {
-		sh := &s.shards[(from+i)%numShards]
-		sh.mu.Lock()
-		if !sh.closed {
-			s.trim(sh)
-		}
 		sh.mu.Unlock()
+		if closed {
+			return
+		}
 	}
 }
 
@@ -226,16 +285,25 @@ func (s *Store) idle(e *entry) bool {
 // before it decides whether to admit it. The entry's size moves from the
 // writes on their way to ristretto's cost; a refusal follows at once
 // (displaced), an admission is silent. When ristretto holds more keys
-// than ever before, the shares are worked out again (plan.shares).
+// than ever before, the shares are worked out again (plan.shares), and the
+// keys held outside ristretto trimmed to their new share.
 func (s *Store) admitting(e *entry) int64 {
+	size, reshared := s.admit(e)
+	if reshared {
+		s.trim()
+	}
+	return size
+}
+
+func (s *Store) admit(e *entry) (size int64, reshared bool) {
 	sh := s.shardOf(e.hash)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e.mu.Lock()
-	size := e.sizeLocked()
+	size = e.sizeLocked()
 	if e.state != inFlight || s.closing.Load() {
 		e.mu.Unlock()
-		return size
+		return size, false
 	}
 	e.cached = true
 	e.mu.Unlock()
@@ -247,8 +315,9 @@ func (s *Store) admitting(e *entry) int64 {
 	if n := s.slots.Add(1); n > s.peakSlots.Load() {
 		s.peakSlots.Store(n) // only this goroutine raises it
 		s.rebudget()
+		return size, true
 	}
-	return size
+	return size, false
 }
 
 // rebudget applies the shares of MaxMemory for the current reservation.
@@ -281,10 +350,9 @@ func (s *Store) displaced(e *entry, refused bool) {
 			s.stats.evicted.Add(1)
 		}
 		s.leave(sh, e)
-		s.trim(sh)
 	}
 	sh.mu.Unlock()
-	s.trimAll(shardIndex(e.hash))
+	s.trim()
 }
 
 // leave records that ristretto no longer holds e: its slot is free, and an
@@ -296,6 +364,9 @@ func (s *Store) leave(sh *shard, e *entry) {
 		s.slots.Add(-1)
 	}
 	if e.state != inCache {
+		if e.state == pending {
+			s.relist(e)
+		}
 		return
 	}
 	sh.cached--
@@ -419,10 +490,9 @@ func (s *Store) processDels(i int) {
 		for _, e := range batch {
 			s.delDone(sh, e)
 		}
-		s.trim(sh)
 		sh.mu.Unlock()
 	}
-	s.trimAll(i)
+	s.trim()
 }
 
 // delDone settles e once ristretto applied the Del of its key: its slot
@@ -434,6 +504,7 @@ func (s *Store) delDone(sh *shard, e *entry) {
 		return
 	}
 	s.leave(sh, e)
+	s.relist(e)
 	if forgettable(e) {
 		e.mu.Lock()
 		idle := s.idle(e)

@@ -95,17 +95,18 @@
 //
 // When the bound is reached, ristretto evicts, or refuses new keys, to keep
 // its share; nothing is lost yet, as the keys it gives up are held outside.
-// When those exceed their share, the store forgets the oldest of them (the
-// first to have left ristretto or been refused by it; during a flood of new
-// keys, the flood's own oldest keys). A forgotten key that was idle loses
+// When those exceed their share, the store forgets the one used least
+// recently (during a flood of new keys, the flood's own oldest keys; a key
+// in use, even one ristretto refuses, keeps moving to the back of the
+// line). A forgotten key that was idle loses
 // nothing (Stats().Expired counts it). A forgotten key that was live loses
 // its state (Stats().Dropped counts it): its next request starts from a
 // full quota, so within the window in progress it can admit up to one more
 // window's limit than it should. Nothing else is dropped: a new key is
 // always accepted and counted, and a decision never fails for lack of
 // memory. Stats().Bytes is the store's running estimate; it passes
-// MaxMemory only by the keys of the decisions under way, which are never
-// forgotten under them.
+// MaxMemory only by the keys of the decisions under way (which are never
+// forgotten under them) and while ristretto's callbacks run.
 //
 // Entries are forgotten when idle; ristretto's own TTL is not used, because
 // it runs on the wall clock while the store counts on the instants it is

@@ -37,8 +37,11 @@ type entry struct {
 	// charge is what the entry counts against the share of keys held
 	// outside ristretto: its size while pending, plus ristretto's Item while
 	// in flight.
-	charge     int64
-	prev, next *entry // the shard's pending list
+	charge int64
+
+	// Guarded by the store's lru lock.
+	listed     bool   // in the store's list of entries it may forget
+	prev, next *entry // that list
 }
 
 // Where an entry is, as the directory shard records it.

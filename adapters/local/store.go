@@ -78,8 +78,10 @@ type Store struct {
 	// it (inflightBytes, inflight) and the keys its maps hold (slots).
 	outCap, inflightCap               atomic.Int64
 	outBytes, inflightBytes, inflight atomic.Int64
-	slots, peakSlots                  atomic.Int64
-	wake, delWake, stop, sweepDone    chan struct{}
+	slots, peakSlots                  atomic.Int64 // lru lists the pending entries the store may forget.
+	lru                               lru
+
+	wake, delWake, stop, sweepDone chan struct{}
 
 	stats struct {
 		dropped, expired, evicted, rejected, setsDropped atomic.Uint64
@@ -427,10 +429,9 @@ func (s *Store) settle(e *entry, after uint8) {
 		if after&afterRecost != 0 {
 			s.recostLocked(sh, e)
 		}
-		s.trim(sh)
 	}
 	sh.mu.Unlock()
-	s.trimAll(shardIndex(e.hash))
+	s.trim()
 }
 
 // observe records now as the latest instant seen and wakes the sweeper when
@@ -533,9 +534,12 @@ func (s *Store) Close() error {
 			sh := &s.shards[i]
 			sh.mu.Lock()
 			sh.tab.Store(newTable(minTableSlots))
-			sh.head, sh.tail, sh.pending, sh.cached, sh.dels = nil, nil, 0, 0, nil
+			sh.pending, sh.cached, sh.dels = 0, 0, nil
 			sh.mu.Unlock()
 		}
+		s.lru.mu.Lock()
+		s.lru.head, s.lru.tail = nil, nil
+		s.lru.mu.Unlock()
 		s.outBytes.Store(0)
 		s.inflightBytes.Store(0)
 		s.inflight.Store(0)
@@ -563,7 +567,8 @@ type Stats struct {
 	ReservedBytes int64
 	// Bytes is ReservedBytes + CacheBytes + PendingBytes, the estimate
 	// Config.MaxMemory bounds. It may pass the bound by the entries of the
-	// decisions under way.
+	// decisions under way, and while ristretto's callbacks run (Store.Wait
+	// waits for them).
 	Bytes int64
 	// Dropped counts live entries forgotten under memory pressure: each one
 	// lost its key's state (see the package doc).
