@@ -457,3 +457,75 @@ func TestWaitLandsOfferedKeys(t *testing.T) {
 	st.Wait() // returns at once
 	assert.Zero(t, st.Stats().Entries)
 }
+
+// TestSweepNeverForgetsAKeyInUse races sweeps against the first
+// consumption of keys whose entries exist but hold nothing (made by
+// refused requests, so idle and sweepable), held in ristretto's cache or
+// outside it: a sweep that found an entry idle must not forget it once a
+// decision committed on it, or its key would admit a second unit where its
+// window allows one.
+func TestSweepNeverForgetsAKeyInUse(t *testing.T) {
+	const (
+		rounds  = 20
+		keys    = 500
+		workers = 4
+	)
+	for _, cfg := range []Config{{}, tinyCache} {
+		cfg.IdleGrace = time.Millisecond
+		t.Run(cacheName(cfg), func(t *testing.T) {
+			st := newStore(t, cfg)
+			day := sliding(1, 24*time.Hour)
+			block := lim("block", day, 1)
+			_, err := st.Evaluate(t.Context(), at(0), []domain.Limit{block})
+			require.NoError(t, err)
+			stop := make(chan struct{})
+			sweeps := make(chan int)
+			go func() {
+				n := 0
+				for {
+					select {
+					case <-stop:
+						sweeps <- n
+						return
+					default:
+						st.sweep()
+						n++
+					}
+				}
+			}()
+			for round := range rounds {
+				names := make([]string, keys)
+				for k := range names {
+					names[k] = fmt.Sprintf("r%02d-k%04d", round, k)
+					r, err := st.Evaluate(t.Context(), at(time.Second), []domain.Limit{lim(names[k], day, 1), block})
+					require.NoError(t, err)
+					require.False(t, r.Allowed)
+				}
+				var admitted [keys]atomic.Int64
+				var wg sync.WaitGroup
+				for g := range workers {
+					wg.Go(func() {
+						for i := range keys {
+							k := (i + g*keys/workers) % keys
+							r, err := st.Evaluate(t.Context(), at(2*time.Second), []domain.Limit{lim(names[k], day, 1)})
+							if !assert.NoError(t, err) {
+								return
+							}
+							if r.Allowed {
+								admitted[k].Add(1)
+							}
+						}
+					})
+				}
+				wg.Wait()
+				for k := range admitted {
+					require.Equal(t, int64(1), admitted[k].Load(), "round %d, key %d", round, k)
+				}
+			}
+			close(stop)
+			stats := st.Stats()
+			t.Logf("sweeps: %d, %+v", <-sweeps, stats)
+			assert.NotZero(t, stats.Expired, "no idle entry was swept: the test proves nothing")
+		})
+	}
+}

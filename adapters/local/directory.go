@@ -219,24 +219,32 @@ func (s *Store) relist(e *entry) {
 }
 
 // forget removes a pending e from the directory and marks it dead,
-// counting a loss of state unless e was idle. e must hold no slot in
-// ristretto and have no Del queued: until then the directory keeps the
-// key's entry, so that no newer entry of the key can meet the old one in
-// ristretto. Called with the shard lock held.
-func (s *Store) forget(sh *shard, e *entry) {
-	s.unpark(sh, e)
-	sh.tab.Store(sh.tab.Load().remove(e))
-	e.state = forgotten
+// counting a loss of state unless e was idle. With ifIdle, it does so only
+// if e is idle, checked in the same critical section that marks it dead: a
+// decision that commits on e in between keeps its units. e must hold no
+// slot in ristretto and have no Del queued: until then the directory keeps
+// the key's entry, so that no newer entry of the key can meet the old one
+// in ristretto. Called with the shard lock held; it reports whether e was
+// forgotten.
+func (s *Store) forget(sh *shard, e *entry, ifIdle bool) bool {
 	e.mu.Lock()
 	idle := s.idle(e)
+	if ifIdle && !idle {
+		e.mu.Unlock()
+		return false
+	}
 	e.dead = true
 	e.resetLocked() // release a log's array: no one reads a dead entry
 	e.mu.Unlock()
+	s.unpark(sh, e)
+	sh.tab.Store(sh.tab.Load().remove(e))
+	e.state = forgotten
 	if idle {
 		s.stats.expired.Add(1)
 	} else {
 		s.stats.dropped.Add(1)
 	}
+	return true
 }
 
 // forgettable reports whether e may leave the directory now.
@@ -259,7 +267,7 @@ func (s *Store) trim() {
 		sh.mu.Lock()
 		closed := sh.closed
 		if !closed && e.listed && s.lru.first() == e {
-			s.forget(sh, e)
+			s.forget(sh, e, false)
 		}
 		sh.mu.Unlock()
 		if closed {
@@ -372,11 +380,11 @@ func (s *Store) leave(sh *shard, e *entry) {
 	sh.cached--
 	e.mu.Lock()
 	e.cached = false
-	size, idle := e.sizeLocked(), s.idle(e)
+	size := e.sizeLocked()
 	e.mu.Unlock()
 	s.park(sh, e, size)
-	if idle && forgettable(e) {
-		s.forget(sh, e)
+	if forgettable(e) {
+		s.forget(sh, e, true)
 	}
 }
 
@@ -455,7 +463,7 @@ func (s *Store) sweep() {
 			case e.state == inCache:
 				s.queueDel(sh, e)
 			case forgettable(e):
-				s.forget(sh, e)
+				s.forget(sh, e, true)
 			}
 		})
 		sh.mu.Unlock()
@@ -506,12 +514,7 @@ func (s *Store) delDone(sh *shard, e *entry) {
 	s.leave(sh, e)
 	s.relist(e)
 	if forgettable(e) {
-		e.mu.Lock()
-		idle := s.idle(e)
-		e.mu.Unlock()
-		if idle {
-			s.forget(sh, e)
-		}
+		s.forget(sh, e, true)
 	}
 }
 
