@@ -224,14 +224,13 @@ func (s *Store) relist(e *entry) {
 // decision that commits on e in between keeps its units. e must hold no
 // slot in ristretto and have no Del queued: until then the directory keeps
 // the key's entry, so that no newer entry of the key can meet the old one
-// in ristretto. Called with the shard lock held; it reports whether e was
-// forgotten.
-func (s *Store) forget(sh *shard, e *entry, ifIdle bool) bool {
+// in ristretto. Called with the shard lock held.
+func (s *Store) forget(sh *shard, e *entry, ifIdle bool) {
 	e.mu.Lock()
 	idle := s.idle(e)
 	if ifIdle && !idle {
 		e.mu.Unlock()
-		return false
+		return
 	}
 	e.dead = true
 	e.resetLocked() // release a log's array: no one reads a dead entry
@@ -244,7 +243,6 @@ func (s *Store) forget(sh *shard, e *entry, ifIdle bool) bool {
 	} else {
 		s.stats.dropped.Add(1)
 	}
-	return true
 }
 
 // forgettable reports whether e may leave the directory now.
