@@ -252,7 +252,7 @@ func TestStatsStayWithinMaxMemory(t *testing.T) {
 		t.Run(fmt.Sprintf("%d-byte keys", keyLen), func(t *testing.T) {
 			const maxMemory = 4 << 20
 			st := newStore(t, Config{MaxMemory: maxMemory})
-			flood(t, st, 60_000, keyLen)
+			flood(t, st, 30_000, keyLen)
 			st.Wait()
 			stats := st.Stats()
 			t.Logf("%+v", stats)
