@@ -16,12 +16,14 @@
 // under its mutex. Every entry is in the directory, a table sharded 64 ways
 // that decisions read without a lock: a decision on a known key is a hash, a
 // few atomic loads, the entry's lock, the check and the commit, with no
-// allocation and no write to memory shared with other keys. A new entry is
-// created only under its shard's lock, after the directory said the key had
-// none, so a key never has two entries at once. An entry leaves the directory
-// only under its shard lock and its own lock, and is marked dead as it
-// leaves; a decision that finds a dead entry looks the key up again. Every
-// unit of cost is therefore counted on the one live entry of its key.
+// allocation and no write to memory shared with other keys (but the latest
+// instant seen, at most once a millisecond). A new entry is created only
+// under its shard's lock, after the directory said the key had none, so a
+// key never has two entries at once. An entry leaves the directory only
+// under its shard lock, marked dead under its own lock first (an idle entry
+// only if it is still idle then); a decision that finds a dead entry looks
+// the key up again. Every unit of cost is therefore counted on the one live
+// entry of its key.
 //
 // Ristretto holds most entries too, and its policy decides which stay: it
 // admits a new key only if its TinyLFU frequency sketch rates it above the
