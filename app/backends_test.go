@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/sluicehq/sluice/adapters/local"
 	"github.com/sluicehq/sluice/adapters/redis"
 	"github.com/sluicehq/sluice/app"
@@ -19,7 +17,7 @@ import (
 // TestMain stops the redis-server processes the harness started, then
 // fails the binary if any goroutine outlives the tests (the health loop,
 // the local store's sweeper, a Redis client).
-func TestMain(m *testing.M) { goleak.VerifyTestMain(stopServersFirst{m}, harnessGoroutines...) }
+func TestMain(m *testing.M) { redistest.MainLeakFree(m) }
 
 // backend is a primary store the integration tests run on, with a way to
 // take it down and bring it back.

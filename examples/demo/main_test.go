@@ -25,7 +25,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) { redistest.MainLeakFree(m) }
 
 // demoProcess is the demo built and started as a process on free ports.
 type demoProcess struct {

@@ -8,13 +8,11 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
 	lockPortChild() // exits when the binary runs as another test binary's stand-in
-	goleak.VerifyTestMain(stopServersFirst{m}, expected...)
+	MainLeakFree(m)
 }
 
 func TestStandalone(t *testing.T) {
