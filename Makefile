@@ -27,11 +27,14 @@ deps:
 ## tests start their own redis-server processes on loopback ports (or use
 ## REDIS_URL / REDIS_CLUSTER_ADDRS); with CI=true a missing Redis fails.
 ## A first pass, built without the race detector (which allocates on its
-## own), runs the allocation tests and every benchmark once, so that none
-## rots; then everything runs under the race detector.
+## own and makes sync.Pool drop objects at random), runs the allocation
+## tests, the tests that need a race-free build (named ...NoRace) and every
+## benchmark once, so that none rots; then everything runs under the race
+## detector; then every fuzz target for a few seconds (fuzz-smoke).
 test: deps
-	$(GO) test -count=1 -run 'Allocs' -bench . -benchtime 1x -timeout 5m $(PKGS)
+	$(GO) test -count=1 -run 'Allocs|NoRace' -bench . -benchtime 1x -timeout 5m $(PKGS)
 	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
+	$(MAKE) --no-print-directory fuzz-smoke
 
 ## fuzz-smoke: run every fuzz target for FUZZTIME (default 3s) beyond its
 ## committed seed corpus (testdata/fuzz/<FuzzName>/, which plain `go test`
