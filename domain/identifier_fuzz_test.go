@@ -37,6 +37,8 @@ func FuzzNormaliseIdentifier(f *testing.F) {
 			t.Fatalf("NormaliseIdentifier(%q) = %q: not trimmed", raw, id)
 		case len(strings.TrimSpace(raw)) > domain.MaxIdentifierLen:
 			t.Fatalf("NormaliseIdentifier accepted %d bytes, over the bound", len(strings.TrimSpace(raw)))
+		case len(id) > domain.MaxIdentifierLen:
+			t.Fatalf("NormaliseIdentifier(%q) = %d bytes once lower-cased, over the bound", raw, len(id))
 		}
 		if !strings.Contains(id, "@") && id != strings.TrimSpace(raw) {
 			t.Fatalf("NormaliseIdentifier(%q) = %q: an opaque id must keep its case", raw, id)
