@@ -244,16 +244,39 @@ func TestRedisCredentialsRefused(t *testing.T) {
 	cases := []struct {
 		name string
 		cfg  redis.Config
+		// credentials: the server refused them, a configuration error at
+		// boot in every mode (no outage to boot through).
+		credentials bool
 	}{
-		{"wrong password", redis.Config{URL: srv.URLWith("", wrong)}},
-		{"no password", redis.Config{URL: strings.Replace(srv.URL(), ":"+secret+"@", "", 1)}},
-		{"unknown user", redis.Config{URL: srv.URLWith("nobody", wrong)}},
-		{"TLS without the server's CA", redis.Config{URL: tlsSrv.URL()}},
-		{"clear text to a TLS server", redis.Config{URL: strings.Replace(tlsSrv.URL(), "rediss://", "redis://", 1)}},
+		{"wrong password", redis.Config{URL: srv.URLWith("", wrong)}, true},
+		{"no password", redis.Config{URL: strings.Replace(srv.URL(), ":"+secret+"@", "", 1)}, true},
+		{"unknown user", redis.Config{URL: srv.URLWith("nobody", wrong)}, true},
+		{"TLS without the server's CA", redis.Config{URL: tlsSrv.URL()}, false},
+		{"clear text to a TLS server", redis.Config{URL: strings.Replace(tlsSrv.URL(), "rediss://", "redis://", 1)}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			c.cfg.DialTimeout = time.Second
+			if c.credentials {
+				for _, mode := range []redis.Mode{redis.ModeAuto, redis.ModeStandalone} {
+					c.cfg.Mode = mode
+					_, err := redis.New(c.cfg)
+					var ce *domain.ConfigError
+					if !errors.As(err, &ce) || ce.Field != "redis.url" {
+						t.Fatalf("%s: refused credentials: %v, want a *domain.ConfigError on redis.url", mode, err)
+					}
+					if !errors.Is(err, domain.ErrStoreUnavailable) {
+						t.Errorf("%s: %v does not wrap domain.ErrStoreUnavailable", mode, err)
+					}
+					for _, s := range []string{wrong, secret} {
+						if strings.Contains(fmt.Sprint(err), s) {
+							t.Errorf("the error prints a password: %v", err)
+						}
+					}
+					figure(t, "refused."+figureName(t.Name())+"."+mode.String(), "%v", err)
+				}
+				return
+			}
 			_, err := redis.New(c.cfg)
 			checkRefusal(t, err, wrong, secret)
 			c.cfg.Mode = redis.ModeStandalone
