@@ -198,6 +198,8 @@ func TestDemoService(t *testing.T) {
 	for _, want := range []string{
 		"429 Too Many Requests", `400 Bad Request {"error":"invalid_context"}`, "ResourceExhausted",
 		"gRPC Watch: Unavailable  retry in 1s", `"user-degraded_cap"`, "202 Accepted", `"HEALTHY"`,
+		// The plans scene: a first request of a tenant on each plan.
+		`"user-burst";r=4;t=1`, `"user-burst";r=49;t=1`, `"user-burst";r=1;t=1`,
 	} {
 		assert.Contains(t, out, want)
 	}
