@@ -52,6 +52,13 @@ func newRefusalCache(size int) *refusalCache {
 	return &refusalCache{seed: maphash.MakeSeed(), slots: make([]atomic.Pointer[refusal], n), mask: uint64(n - 1)}
 }
 
+// slot is where a key set's refusal lives: chosen by its first key and
+// its size alone, so that a decision with nothing remembered (the common
+// case) pays one short hash, not the fingerprint of every key.
+func (c *refusalCache) slot(ev *evaluation) *atomic.Pointer[refusal] {
+	return &c.slots[(maphash.String(c.seed, ev.limits[0].Key)+uint64(ev.n))&c.mask]
+}
+
 // fingerprint hashes the evaluation's limits: keys, windows and costs.
 func (c *refusalCache) fingerprint(ev *evaluation) uint64 {
 	var h maphash.Hash
@@ -75,9 +82,8 @@ func (c *refusalCache) repeat(ev *evaluation) bool {
 	if c == nil {
 		return false
 	}
-	sum := c.fingerprint(ev)
-	r := c.slots[sum&c.mask].Load()
-	if r == nil || r.sum != sum || r.n != ev.n || r.first != ev.limits[0].Key || !ev.now.Before(r.until) {
+	r := c.slot(ev).Load()
+	if r == nil || r.n != ev.n || r.first != ev.limits[0].Key || !ev.now.Before(r.until) || r.sum != c.fingerprint(ev) {
 		return false
 	}
 	elapsed := ev.now.Sub(r.start)
@@ -102,9 +108,8 @@ func (c *refusalCache) remember(ev *evaluation, until time.Time) {
 	if c == nil {
 		return
 	}
-	sum := c.fingerprint(ev)
 	start := until.Add(-ev.d.RetryAfter)
-	c.slots[sum&c.mask].Store(&refusal{sum: sum, n: ev.n, first: ev.limits[0].Key, start: start, until: until, decision: ev.d})
+	c.slot(ev).Store(&refusal{sum: c.fingerprint(ev), n: ev.n, first: ev.limits[0].Key, start: start, until: until, decision: ev.d})
 }
 
 // clear forgets every refusal.
