@@ -317,7 +317,7 @@ func measureOne(ctx context.Context, srv *server.Server, env *suite.Env, o *opti
 		P50: us(res.Latency.Quantile(0.50)), P99: us(res.Latency.Quantile(0.99)),
 		P999: us(res.Latency.Quantile(0.999)), Max: us(res.Latency.Max()),
 		ScriptCalls: st.ScriptCalls, ScriptMicros: st.ScriptMicros, OtherCalls: st.Calls, OtherMicros: st.Micros,
-		DBKeys: st.Keys, UsedMemory: max(st.UsedMemory-empty.UsedMemory, 0), KeyBytes: keyBytes,
+		DBKeys: st.Keys, Dataset: max(st.Dataset-empty.Dataset, 0), KeyBytes: keyBytes,
 	}, nil
 }
 

@@ -63,12 +63,16 @@ type Shape struct {
 
 // Shapes returns every shape, in report order.
 func Shapes() []Shape {
-	one := func(p *Population) [][]domain.Limit { return each(p, func(id *Identity) []domain.Limit { return limits(id.One, burstLog) }) }
+	one := func(p *Population) [][]domain.Limit {
+		return each(p, func(id *Identity) []domain.Limit { return limits(id.One, burstLog) })
+	}
 	oneGCRA := func(p *Population) [][]domain.Limit {
 		return each(p, func(id *Identity) []domain.Limit { return limits(id.One, burstGCRA) })
 	}
 	hot := func(p *Population) [][]domain.Limit { return [][]domain.Limit{limits(p.Hot.One, hotWindow)} }
-	dual := func(p *Population) [][]domain.Limit { return each(p, func(id *Identity) []domain.Limit { return limits(id.Dual, burstLog) }) }
+	dual := func(p *Population) [][]domain.Limit {
+		return each(p, func(id *Identity) []domain.Limit { return limits(id.Dual, burstLog) })
+	}
 	nine := func(p *Population) [][]domain.Limit {
 		return each(p, func(id *Identity) []domain.Limit { return nineLimits(id.Nine, burstLog, sustainedLog) })
 	}
