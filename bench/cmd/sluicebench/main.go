@@ -78,7 +78,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.Int64Var(&o.ops, "ops", 0, "requests per measurement instead of -duration (smoke tests)")
 	fs.IntVar(&o.population, "population", 1000, "clients the Redis shapes cycle through")
 	fs.StringVar(&o.redisAddr, "redis", "", "host:port of a Redis to use instead of starting one (it is flushed!)")
-	fs.IntVar(&o.goRedisPool, "goredis-pool", 0, "go-redis pool size for redis_rate; 0: one connection per worker, at least go-redis' default")
+	fs.IntVar(&o.goRedisPool, "goredis-pool", 0, "go-redis pool size for redis_rate; 0: go-redis' default, 10 per CPU")
 	fs.BoolVar(&o.inProcess, "inproc", true, "run the in-process Go benchmarks")
 	fs.StringVar(&o.benchtime, "benchtime", "1s", "length of each in-process benchmark, as go test's -benchtime")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results as JSON to this file")
@@ -219,7 +219,7 @@ func measure(ctx context.Context, o *options, log io.Writer) (*report.Run, error
 		Duration:    report.Duration(o.duration),
 		Concurrency: o.concurrency,
 		Population:  o.population,
-		GoRedisPool: "a pool of one connection per worker, at least go-redis' default of 10 per CPU",
+		GoRedisPool: fmt.Sprintf("its default pool of 10 connections per CPU (%d)", 10*runtime.GOMAXPROCS(0)),
 	}
 	if o.goRedisPool > 0 {
 		r.GoRedisPool = fmt.Sprintf("a pool of %d connections", o.goRedisPool)
@@ -297,6 +297,9 @@ func measureOne(ctx context.Context, srv *server.Server, env *suite.Env, o *opti
 		Concurrency: c, Warmup: o.warmup, Duration: o.duration, Ops: o.ops,
 		BetweenPhases: srv.ResetStats,
 	}, worker)
+	// The client goes first, so that its connections' buffers leave
+	// used_memory; the keys outlive it by their TTLs, a second or more.
+	err = errors.Join(err, closeClient())
 	var st server.Stats
 	var keyBytes float64
 	if err == nil {
@@ -304,7 +307,6 @@ func measureOne(ctx context.Context, srv *server.Server, env *suite.Env, o *opti
 			keyBytes, _, err = srv.KeyBytes(ctx, 32)
 		}
 	}
-	err = errors.Join(err, closeClient())
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +319,7 @@ func measureOne(ctx context.Context, srv *server.Server, env *suite.Env, o *opti
 		P50: us(res.Latency.Quantile(0.50)), P99: us(res.Latency.Quantile(0.99)),
 		P999: us(res.Latency.Quantile(0.999)), Max: us(res.Latency.Max()),
 		ScriptCalls: st.ScriptCalls, ScriptMicros: st.ScriptMicros, OtherCalls: st.Calls, OtherMicros: st.Micros,
-		DBKeys: st.Keys, Dataset: max(st.Dataset-empty.Dataset, 0), KeyBytes: keyBytes,
+		DBKeys: st.Keys, UsedMemory: max(st.UsedMemory-empty.UsedMemory, 0), KeyBytes: keyBytes,
 	}, nil
 }
 

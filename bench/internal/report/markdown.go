@@ -98,11 +98,11 @@ func (r *Run) writeInProcess(b *strings.Builder) {
 func (r *Run) writeMemory(b *strings.Builder) {
 	c := RefConcurrency
 	fmt.Fprintf(b, "\n#### Redis memory after the c=%d measurement\n\n", c)
-	b.WriteString("| shape | contender | keys | bytes per key (MEMORY USAGE) | dataset (used_memory_dataset over the empty server's) |\n|---|---|---|---|---|\n")
+	b.WriteString("| shape | contender | keys | bytes per key (MEMORY USAGE) | used_memory over the empty server's |\n|---|---|---|---|---|\n")
 	for _, s := range r.shapes() {
 		for _, ct := range s.contenders {
 			if m := r.find(s.name, ct.name, c); m != nil {
-				fmt.Fprintf(b, "| %s | %s | %d | %.0f | %s |\n", s.title, name(ct), m.DBKeys, m.KeyBytes, byteSize(m.Dataset))
+				fmt.Fprintf(b, "| %s | %s | %d | %.0f | %s |\n", s.title, name(ct), m.DBKeys, m.KeyBytes, byteSize(m.UsedMemory))
 			}
 		}
 	}

@@ -78,14 +78,15 @@ type Measurement struct {
 
 	// What Redis says: script calls and their server time (INFO
 	// commandstats, reset after the warm-up), other top-level commands,
-	// the keys left and the memory they take (used_memory_dataset over the
-	// empty server's, and the mean MEMORY USAGE of sampled keys).
+	// the keys left and the memory they take (used_memory over the empty
+	// server's, read once the client is gone, and the mean MEMORY USAGE of
+	// sampled keys).
 	ScriptCalls  int64   `json:"script_calls"`
 	ScriptMicros int64   `json:"script_us"`
 	OtherCalls   int64   `json:"other_calls"`
 	OtherMicros  int64   `json:"other_us"`
 	DBKeys       int64   `json:"db_keys"`
-	Dataset      int64   `json:"dataset_bytes"`
+	UsedMemory   int64   `json:"used_memory"`
 	KeyBytes     float64 `json:"key_bytes"`
 }
 

@@ -94,9 +94,11 @@ type Stats struct {
 	// sent (a peer that needs more than a script, a health probe...).
 	// Commands run inside scripts, and INFO, are not counted.
 	Calls, Micros int64
-	// Dataset is INFO memory's used_memory_dataset, in bytes: the memory
-	// the keys take, without the server's overhead and client buffers.
-	Dataset int64
+	// UsedMemory is INFO memory's used_memory, in bytes. It includes the
+	// clients' buffers: read it with no client connected to compare the
+	// keys' memory (used_memory_dataset is no help: it wraps below zero
+	// when the overhead estimate exceeds the memory in use).
+	UsedMemory int64
 	// Keys is DBSIZE.
 	Keys int64
 }
@@ -139,8 +141,8 @@ func (s *Server) Snapshot(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return st, err
 	}
-	if st.Dataset, err = strconv.ParseInt(mem["used_memory_dataset"], 10, 64); err != nil {
-		return st, fmt.Errorf("redis INFO memory: used_memory_dataset %q: %w", mem["used_memory_dataset"], err)
+	if st.UsedMemory, err = strconv.ParseInt(mem["used_memory"], 10, 64); err != nil {
+		return st, fmt.Errorf("redis INFO memory: used_memory %q: %w", mem["used_memory"], err)
 	}
 	n, err := s.do(ctx, "DBSIZE")
 	if err != nil {

@@ -3,7 +3,6 @@ package suite
 import (
 	"context"
 	_ "embed" // for go:embed
-	"runtime"
 	"strconv"
 	"time"
 
@@ -19,14 +18,10 @@ import (
 // go-redis client. Its limit is the shape's window: 1000 a second with a
 // burst of 1000, or the hot key's 50.
 func redisRate(hot bool) Contender {
-	return Contender{Name: "redis_rate", Open: func(_ context.Context, env *Env, c int) (load.Worker, func() error, error) {
-		pool := env.GoRedisPool
-		if pool == 0 {
-			pool = max(c, 10*runtime.GOMAXPROCS(0))
-		}
+	return Contender{Name: "redis_rate", Open: func(_ context.Context, env *Env, _ int) (load.Worker, func() error, error) {
 		rdb := goredis.NewClient(&goredis.Options{
 			Addr:         env.Addr,
-			PoolSize:     pool,
+			PoolSize:     env.GoRedisPool,
 			ReadTimeout:  callTimeout,
 			WriteTimeout: callTimeout,
 			PoolTimeout:  callTimeout,

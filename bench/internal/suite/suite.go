@@ -29,10 +29,10 @@ type Env struct {
 	// Population is the clients the workers cycle through.
 	Population *Population
 	// GoRedisPool is go-redis' connection pool size for redis_rate; 0
-	// means one connection per worker, at least go-redis' default
-	// (10 per CPU), which is redis_rate's fastest setting here. sluice and
-	// the plain script share rueidis' defaults: a few pipelined
-	// connections, however many workers.
+	// means go-redis' default, 10 connections per CPU (one per worker was
+	// no faster on two cores, within the noise). sluice and the plain
+	// script share rueidis' defaults: a few pipelined connections, however
+	// many workers.
 	GoRedisPool int
 }
 
