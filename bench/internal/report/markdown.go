@@ -148,9 +148,11 @@ func rate(v float64) string {
 	return fmt.Sprintf("%.0f", v)
 }
 
-// micros formats microseconds: 88 µs, 3.4 ms, 120 ms.
+// micros formats microseconds: 88 µs, 3.4 ms, 120 ms, 1.2 s.
 func micros(us float64) string {
 	switch {
+	case us >= 1e6:
+		return fmt.Sprintf("%.1f s", us/1e6)
 	case us >= 100_000:
 		return fmt.Sprintf("%.0f ms", us/1000)
 	case us >= 1000:
