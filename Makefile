@@ -59,11 +59,12 @@ bench-smoke: deps
 bench-go: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 20m $(PKGS)
 
-## demo: run the demo on the embedded local store, with a throw-away HMAC
-## secret unless RATE_LIMIT_HMAC_SECRET is set (sluice itself has no default).
+## demo: run the demo service (HTTP on 127.0.0.1:8080, gRPC on
+## 127.0.0.1:9090) on the embedded local store, or on Redis with REDIS_URL.
+## -dev generates a throw-away HMAC secret unless RATE_LIMIT_HMAC_SECRET is
+## set (sluice itself has no default). Ctrl-C stops it.
 demo:
-	@secret="$${RATE_LIMIT_HMAC_SECRET:-$$(head -c32 /dev/urandom | od -An -tx1 | tr -d ' \n')}"; \
-	RATE_LIMIT_HMAC_SECRET="$$secret" $(GO) run ./examples/demo
+	$(GO) run ./examples/demo -dev
 
 ## lint: gofmt, go vet and staticcheck (pinned).
 lint:

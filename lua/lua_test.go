@@ -20,3 +20,16 @@ func TestRateLimitV1IsImmutable(t *testing.T) {
 		t.Fatalf("RateLimitV1SHA1 = %s, pinned %s", RateLimitV1SHA1, pinnedRateLimitV1)
 	}
 }
+
+// pinnedRateLimitV2 is the SHA1 of the released rate_limit_v2.lua.
+const pinnedRateLimitV2 = "982be2a579b642d3de2febeea7008ebca8d1458e"
+
+func TestRateLimitV2IsImmutable(t *testing.T) {
+	sum := sha1.Sum([]byte(RateLimitV2))
+	if got := hex.EncodeToString(sum[:]); got != pinnedRateLimitV2 {
+		t.Fatalf("rate_limit_v2.lua has SHA1 %s, pinned %s: released scripts are immutable; put changes in rate_limit_v3.lua", got, pinnedRateLimitV2)
+	}
+	if RateLimitV2SHA1 != pinnedRateLimitV2 {
+		t.Fatalf("RateLimitV2SHA1 = %s, pinned %s", RateLimitV2SHA1, pinnedRateLimitV2)
+	}
+}

@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"testing"
 	"time"
@@ -73,4 +74,21 @@ func do(t testing.TB, addr string, args ...string) any {
 	v, err := redistest.Do(ctx, addr, args...)
 	require.NoError(t, err, "%v", args)
 	return v
+}
+
+// compactUnits decodes a compact sliding log (see lua/rate_limit_v2.lua):
+// "\x01", then the instant of each unit, unix microseconds in 7 bytes,
+// big-endian.
+func compactUnits(t testing.TB, v string) []int64 {
+	t.Helper()
+	require.NotEmpty(t, v)
+	require.Equal(t, byte(1), v[0], "not a compact log")
+	require.Zero(t, (len(v)-1)%7, "compact log of %d bytes", len(v))
+	var units []int64
+	for i := 1; i < len(v); i += 7 {
+		var b [8]byte
+		copy(b[1:], v[i:i+7])
+		units = append(units, int64(binary.BigEndian.Uint64(b[:])))
+	}
+	return units
 }

@@ -10,15 +10,17 @@ import (
 	"time"
 
 	"github.com/redis/rueidis"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/sluicehq/sluice/domain"
 	"github.com/sluicehq/sluice/ports"
 )
 
-// DefaultProbeTimeout bounds one probe of every node when the caller's
-// context has no earlier deadline. It is longer than a decision's budget:
-// INFO is heavier than the script, and a probe that gives up too early would
-// flap the health machine.
+// DefaultProbeTimeout bounds one probe of every node (and the memory
+// check) when the caller's context has no deadline; a context with one is
+// the only deadline, as for every store call. It is longer than a
+// decision's budget: INFO is heavier than the script, and a probe that
+// gives up too early would flap the health machine.
 const DefaultProbeTimeout = time.Second
 
 // Prober checks the health of a Store's Redis: PING and INFO memory on
@@ -61,38 +63,41 @@ func (p *Prober) Memory(ctx context.Context) ([]NodeMemory, error) {
 	if s.closed.Load() {
 		return nil, domain.ErrStoreClosed
 	}
-	cctx, cancel := context.WithTimeout(ctx, DefaultProbeTimeout)
+	cctx, cancel, whose := probeDeadline(ctx)
 	defer cancel()
 	nodes := s.client.Nodes()
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("%w: no Redis node known", domain.ErrStoreUnavailable)
 	}
 	out := make([]NodeMemory, 0, len(nodes))
-	var (
-		mu    sync.Mutex
-		wg    sync.WaitGroup
-		first error
-	)
+	var mu sync.Mutex
+	var g errgroup.Group
 	for addr, c := range nodes {
-		wg.Go(func() {
+		g.Go(func() error {
 			m, err := probeNode(cctx, addr, c)
-			mu.Lock()
-			defer mu.Unlock()
 			if err != nil {
-				if first == nil {
-					first = fmt.Errorf("probing %s: %w", addr, s.mapErr(ctx, err, DefaultProbeTimeout))
-				}
-				return
+				return fmt.Errorf("probing %s: %w", addr, s.mapErr(ctx, cctx, err, whose))
 			}
+			mu.Lock()
 			out = append(out, m)
+			mu.Unlock()
+			return nil
 		})
 	}
-	wg.Wait()
-	if first != nil {
-		return nil, first
+	if err := g.Wait(); err != nil {
+		return nil, err
 	}
 	slices.SortFunc(out, func(a, b NodeMemory) int { return strings.Compare(a.Addr, b.Addr) })
 	return out, nil
+}
+
+// probeDeadline is Store.deadline with DefaultProbeTimeout.
+func probeDeadline(ctx context.Context) (context.Context, context.CancelFunc, string) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}, "the caller's deadline"
+	}
+	cctx, cancel := context.WithTimeout(ctx, DefaultProbeTimeout)
+	return cctx, cancel, "the probe's own timeout of " + DefaultProbeTimeout.String()
 }
 
 func probeNode(ctx context.Context, addr string, c rueidis.Client) (NodeMemory, error) {
@@ -177,7 +182,7 @@ func (s *Store) CheckMaxMemory(ctx context.Context, budgetBytes int64) (MemoryRe
 	if s.closed.Load() {
 		return rep, domain.ErrStoreClosed
 	}
-	cctx, cancel := context.WithTimeout(ctx, DefaultProbeTimeout)
+	cctx, cancel, _ := probeDeadline(ctx)
 	defer cancel()
 	nodes := s.client.Nodes()
 	var (

@@ -1,13 +1,20 @@
 // Package redis is the sluice Store on Redis, standalone or Cluster, through
 // github.com/redis/rueidis.
 //
-// Every call is one round trip: the versioned script lua.RateLimitV1
+// Every call is one round trip: the versioned script lua.RateLimitV2
 // checks all the limits of a request and consumes on every key only when
 // every limit admits, atomically, since a script runs alone on its node.
 // The script is sent with EVALSHA; when the server does not know it
 // (NOSCRIPT, e.g. after a restart or SCRIPT FLUSH), rueidis sends it once
 // with EVAL, which also caches it, so a flushed script cache costs one
 // larger request and never a failed decision.
+//
+// A sliding log of a limit up to CompactLogMaxLimit is one string of 7
+// bytes per admitted unit; a larger one is a ZSET, as rate_limit_v1 kept
+// every log. v1 counts a compact log as empty: while instances of an older
+// sluice share the keys (a rolling upgrade, or before a rollback), set
+// Config.Log to LogZSet. docs/adr/003-sliding-log-versus-gcra.md says why
+// and what it costs.
 //
 // All keys of one call must hash to one Redis Cluster slot (sluice keys
 // share a {hash tag}); a request whose keys do not is refused with
@@ -17,21 +24,35 @@
 // Time is, by default, the server's clock (Redis TIME, read inside the
 // script), so that instances with skewed clocks count on one clock; with
 // Config.Time set to CallerTime it is the now the caller passes (from its
-// ports.Clock), in whole microseconds. Every key written carries a TTL of the time it stays
-// relevant (at least Config.MinTTL), so an idle key disappears by itself.
+// ports.Clock), in whole microseconds. Every key written carries a TTL of the
+// time it stays relevant (at least Config.MinTTL), so an idle key
+// disappears by itself.
+//
+// One deadline rules a call: the context's, when it has one (app.Limiter
+// gives every decision app.Config.StoreTimeout), and Config.Timeout only
+// for a call made without one. A missed deadline is a store timeout
+// whichever of the two it was (see Store).
+//
+// New returns a store that is ready to serve at full speed: every
+// connection the hot path uses is dialled and the script is loaded on
+// every node, so the first decisions after boot pay for neither under
+// their deadline.
 package redis
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/redis/rueidis"
 
@@ -43,17 +64,32 @@ import (
 // Store is a ports.Store on Redis. It is safe for simultaneous use; calls
 // from many goroutines share the client's connections and are pipelined
 // together by rueidis.
+//
+// A call that fails returns an error in one of three classes, which
+// metrics and logs count apart (domain.CodeOf):
+//
+//   - a deadline passed (the context's or, without one, Config.Timeout):
+//     the error wraps domain.ErrStoreTimeout and context.DeadlineExceeded;
+//   - the caller cancelled its context: the error wraps context.Canceled
+//     and nothing else, since giving up is neither a timeout nor an outage;
+//   - Redis could not answer (refused connection, broken connection,
+//     script error): the error wraps domain.ErrStoreUnavailable.
+//
+// A call after Close wraps domain.ErrStoreClosed, a malformed request is a
+// *domain.LimitError, and keys spanning two slots domain.ErrCrossSlot.
 type Store struct {
 	client     rueidis.Client
 	ownClient  bool
 	script     *rueidis.Lua
 	timeout    time.Duration
+	ownTimeout string // says whose deadline passed, in errors
 	serverTime bool
-	minTTL     string // ARGV[5], milliseconds
+	minTTL     uint32 // milliseconds
+	compact    uint32 // largest sliding-log limit stored compactly
 	closed     atomic.Bool
 
 	// noncePrefix is random per Store, nonceCounter counts calls: together
-	// they name sliding-log members uniquely across processes and calls.
+	// they name ZSET members uniquely across processes and calls.
 	noncePrefix  string
 	nonceCounter atomic.Uint64
 
@@ -62,27 +98,41 @@ type Store struct {
 
 var _ ports.Store = (*Store)(nil)
 
-// callBuf holds the KEYS and ARGV of one call, reused across calls: rueidis
-// copies them into its command when building it.
+// callBuf holds the KEYS and ARGV of one call, reused across calls so that
+// a decision allocates nothing for them. args are strings over packed and
+// nonce (unsafe.String): a callBuf goes back to the pool only once Redis
+// has answered, never after a call abandoned on its deadline, whose
+// command rueidis may still be writing.
 type callBuf struct {
-	keys []string
-	args []string
+	keys   []string
+	args   [2]string
+	packed []byte
+	nonce  []byte
 }
 
-// Argument layout of lua.RateLimitV1 (see the script's header).
+// Argument and reply layout of lua.RateLimitV2 (see the script's header).
 const (
-	headArgs     = 5
-	argsPerLimit = 4
-	replyHead    = 2
-	replyPerKey  = 4
+	packedHead     = 17 // i8 now, B flags, I4 floor of TTLs, I4 compact bound
+	packedPerLimit = 17 // B algorithm, I4 limit, i8 period, I4 cost
+	flagConsume    = 1
+	flagServerTime = 2
+	replyHead      = 2
+	replyPerKey    = 4
 )
 
-// New connects to Redis as cfg says and returns a Store.
+// New connects to Redis as cfg says and returns a Store ready to serve:
+// within Config.DialTimeout it dials every pipelined connection of every
+// node (the ones EVALSHA and DEL travel on) and loads the script on each,
+// checking its SHA1 (see LoadScript).
 //
 // In ModeAuto and ModeCluster, New fails (with an error wrapping
-// domain.ErrStoreUnavailable) when no node answers. In ModeStandalone it
-// succeeds even then: calls fail with ErrStoreUnavailable until the server
-// answers, so a service can boot, degraded, during an outage.
+// domain.ErrStoreUnavailable or domain.ErrStoreTimeout) when a node does
+// not answer in time. In ModeStandalone it succeeds even then: calls fail
+// with ErrStoreUnavailable until the server answers, so a service can
+// boot, degraded, during an outage. With WithClient, New loads the script
+// and leaves the client's connections to the caller; an unreachable server
+// is not an error there either. A server that names the script by another
+// SHA1 fails New in every mode (ErrScriptMismatch).
 func New(cfg Config, opts ...Option) (*Store, error) {
 	var o options
 	for _, opt := range opts {
@@ -93,15 +143,21 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	}
 	s := &Store{
 		client:     o.client,
-		script:     rueidis.NewLuaScript(lua.RateLimitV1),
+		script:     rueidis.NewLuaScript(lua.RateLimitV2),
 		timeout:    cfg.timeout(),
+		ownTimeout: fmt.Sprintf("the store's own %s timeout (the call had no deadline)", cfg.timeout()),
 		serverTime: cfg.Time == ServerTime,
-		minTTL:     strconv.FormatInt(cfg.minTTLMillis(), 10),
+		minTTL:     uint32(min(cfg.minTTLMillis(), math.MaxUint32)),
+		compact:    CompactLogMaxLimit,
+	}
+	if cfg.Log == LogZSet {
+		s.compact = 0
 	}
 	s.bufs.New = func() any {
 		return &callBuf{
-			keys: make([]string, 0, domain.MaxLimits),
-			args: make([]string, 0, headArgs+argsPerLimit*domain.MaxLimits),
+			keys:   make([]string, 0, domain.MaxLimits),
+			packed: make([]byte, 0, packedHead+packedPerLimit*domain.MaxLimits),
+			nonce:  make([]byte, 0, 32),
 		}
 	}
 	var prefix [8]byte
@@ -110,53 +166,51 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	}
 	s.noncePrefix = base64.RawURLEncoding.EncodeToString(prefix[:])
 
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.dialTimeout())
+	defer cancel()
 	if s.client != nil {
+		// The caller's client: its connections are the caller's to dial,
+		// the script is ours to load.
+		if err := s.warm(ctx, nil); err != nil && !isOutage(err) {
+			return nil, err
+		}
 		return s, nil
 	}
-	copt, err := cfg.clientOption()
+	client, dials, err := connect(cfg, o.tuneClient)
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range o.tuneClient {
-		f(&copt)
-	}
-	client, err := rueidis.NewClient(copt)
-	if err != nil && !(cfg.Mode == ModeStandalone && client != nil) {
-		if client != nil {
-			client.Close()
-		}
-		return nil, fmt.Errorf("%w: connecting to %v: %w", domain.ErrStoreUnavailable, copt.InitAddress, err)
-	}
-	if cfg.Mode == ModeCluster && client.Mode() != rueidis.ClientModeCluster {
-		client.Close()
-		return nil, &domain.ConfigError{Field: "redis.mode", Reason: "cluster required, but the server is " + string(client.Mode())}
-	}
 	s.client, s.ownClient = client, true
-	// Load the script at boot (docs/adr/005) so that the first
-	// decisions do not pay for it under their 50 ms deadline. A failure here
-	// is not fatal: EVALSHA falls back to EVAL on NOSCRIPT.
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.dialTimeout())
-	defer cancel()
-	_ = s.LoadScript(ctx)
+	// Dial every pipelined connection and load the script now, so that
+	// no decision pays for either under its deadline. In ModeStandalone a
+	// server that is down is not an error: the store boots, and its calls
+	// fail with ErrStoreUnavailable until the server answers.
+	err = s.warm(ctx, dials)
+	if err != nil && !(cfg.Mode == ModeStandalone && isOutage(err)) {
+		client.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
-// LoadScript sends SCRIPT LOAD of lua.RateLimitV1 to every node and checks
-// that each answers with lua.RateLimitV1SHA1. New calls it once; call it
-// again after a server restart to spare the first decisions a NOSCRIPT
-// round trip.
+// LoadScript sends SCRIPT LOAD of lua.RateLimitV2 to every node and checks
+// that each answers with lua.RateLimitV2SHA1. New calls it; call it again
+// after a server restart to spare the first decisions a NOSCRIPT round
+// trip. A node that cannot answer gives an error wrapping
+// domain.ErrStoreUnavailable (or domain.ErrStoreTimeout); a node that
+// names the script otherwise, an error wrapping ErrScriptMismatch.
 func (s *Store) LoadScript(ctx context.Context) error {
 	if s.closed.Load() {
 		return domain.ErrStoreClosed
 	}
 	var errs []error
 	for addr, node := range s.client.Nodes() {
-		sha, err := node.Do(ctx, node.B().ScriptLoad().Script(lua.RateLimitV1).Build()).ToString()
+		sha, err := node.Do(ctx, node.B().ScriptLoad().Script(lua.RateLimitV2).Build()).ToString()
 		switch {
 		case err != nil:
-			errs = append(errs, fmt.Errorf("%w: SCRIPT LOAD on %s: %w", domain.ErrStoreUnavailable, addr, err))
-		case sha != lua.RateLimitV1SHA1:
-			errs = append(errs, fmt.Errorf("sluice redis: SCRIPT LOAD on %s returned %s, want %s", addr, sha, lua.RateLimitV1SHA1))
+			errs = append(errs, fmt.Errorf("SCRIPT LOAD on %s: %w", addr, s.mapErr(ctx, ctx, err, "the caller's deadline")))
+		case sha != lua.RateLimitV2SHA1:
+			errs = append(errs, fmt.Errorf("%w: SCRIPT LOAD on %s returned %s, want %s", ErrScriptMismatch, addr, sha, lua.RateLimitV2SHA1))
 		}
 	}
 	return errors.Join(errs...)
@@ -191,59 +245,21 @@ func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, c
 		return res, fmt.Errorf("%w: limit %d hashes to slot %d, limit 0 to slot %d; give every key of a request the same {hash tag}",
 			domain.ErrCrossSlot, i, Slot(limits[i].Key), Slot(limits[0].Key))
 	}
-	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("sluice redis: %w", err)
+	if ctx.Err() != nil {
+		return res, s.mapErr(ctx, ctx, ctx.Err(), "the caller's deadline")
 	}
 
 	buf := s.bufs.Get().(*callBuf)
-	defer s.bufs.Put(buf)
-	keys, args := buf.keys[:0], buf.args[:0]
-	if s.serverTime {
-		args = append(args, "0")
-	} else {
-		args = append(args, strconv.FormatInt(now.UnixMicro(), 10))
+	s.pack(buf, now, limits, consume)
+	cctx, cancel, whose := s.deadline(ctx)
+	defer cancel()
+	resp := s.script.Exec(cctx, s.client, buf.keys, buf.args[:])
+	if resp.NonRedisError() == nil {
+		// Redis answered: rueidis is done with the arguments.
+		defer s.bufs.Put(buf)
 	}
-	if consume {
-		args = append(args, "1")
-	} else {
-		args = append(args, "0")
-	}
-	if s.serverTime {
-		args = append(args, "1")
-	} else {
-		args = append(args, "0")
-	}
-	if consume {
-		args = append(args, s.nonce())
-	} else {
-		args = append(args, "-") // Peek adds no member
-	}
-	args = append(args, s.minTTL)
-	for i := range limits {
-		l := &limits[i]
-		keys = append(keys, l.Key)
-		algo := "0"
-		if l.Window.Algorithm == domain.GCRA {
-			algo = "1"
-		}
-		args = append(args, algo,
-			strconv.FormatInt(l.Window.Limit, 10),
-			strconv.FormatInt(l.Window.PeriodMicros(), 10),
-			strconv.FormatInt(l.Cost, 10))
-	}
-	buf.keys, buf.args = keys, args
-
-	// A caller whose own deadline already comes first (app.Limiter sets
-	// its store deadline) needs no second timer on the hot path.
-	cctx := ctx
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > s.timeout {
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
-	resp := s.script.Exec(cctx, s.client, keys, args)
 	if err := resp.Error(); err != nil {
-		return res, s.mapErr(ctx, err, s.timeout)
+		return res, s.mapErr(ctx, cctx, err, whose)
 	}
 	reply, err := resp.ToArray()
 	if err != nil {
@@ -253,6 +269,44 @@ func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, c
 		return res, err
 	}
 	return res, nil
+}
+
+// pack writes the script's KEYS and ARGV for limits into buf, without
+// allocating: ARGV[1] is the binary header and limits, ARGV[2] the nonce.
+func (s *Store) pack(buf *callBuf, now time.Time, limits []domain.Limit, consume bool) {
+	var flags byte
+	var us int64
+	if consume {
+		flags |= flagConsume
+	}
+	if s.serverTime {
+		flags |= flagServerTime
+	} else {
+		us = now.UnixMicro()
+	}
+	p := binary.BigEndian.AppendUint64(buf.packed[:0], uint64(us))
+	p = append(p, flags)
+	p = binary.BigEndian.AppendUint32(p, s.minTTL)
+	p = binary.BigEndian.AppendUint32(p, s.compact)
+	keys := buf.keys[:0]
+	for i := range limits {
+		l := &limits[i]
+		keys = append(keys, l.Key)
+		p = append(p, byte(l.Window.Algorithm))
+		// ValidateLimits bounds limit and cost by domain.MaxLimit (2^30).
+		p = binary.BigEndian.AppendUint32(p, uint32(l.Window.Limit))
+		p = binary.BigEndian.AppendUint64(p, uint64(l.Window.PeriodMicros()))
+		p = binary.BigEndian.AppendUint32(p, uint32(l.Cost))
+	}
+	buf.keys, buf.packed = keys, p
+	buf.args[0] = unsafe.String(unsafe.SliceData(p), len(p))
+	buf.args[1] = "-" // Peek adds no member
+	if consume {
+		// A string unique to this call among every call of every store.
+		buf.nonce = append(buf.nonce[:0], s.noncePrefix...)
+		buf.nonce = strconv.AppendUint(buf.nonce, s.nonceCounter.Add(1), 36)
+		buf.args[1] = unsafe.String(unsafe.SliceData(buf.nonce), len(buf.nonce))
+	}
 }
 
 // decode fills res from the script's reply, aggregated by domain.NewResult.
@@ -299,13 +353,13 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 	case len(key) > domain.MaxKeyLen:
 		return &domain.LimitError{Index: -1, Field: "key", Reason: fmt.Sprintf("must be at most %d bytes", domain.MaxKeyLen)}
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("sluice redis: %w", err)
+	if ctx.Err() != nil {
+		return s.mapErr(ctx, ctx, ctx.Err(), "the caller's deadline")
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	cctx, cancel, whose := s.deadline(ctx)
 	defer cancel()
 	if err := s.client.Do(cctx, s.client.B().Del().Key(key).Build()).Error(); err != nil {
-		return s.mapErr(ctx, err, s.timeout)
+		return s.mapErr(ctx, cctx, err, whose)
 	}
 	return nil
 }
@@ -323,34 +377,40 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// nonce returns a string unique to this call among every call of every
-// store: a random per-store prefix and a counter.
-func (s *Store) nonce() string {
-	var b [32]byte
-	n := copy(b[:], s.noncePrefix)
-	return string(strconv.AppendUint(b[:n], s.nonceCounter.Add(1), 36))
+// deadline returns the context a call runs under and whose deadline it
+// is: ctx itself when it has a deadline, which is then the only one (the
+// caller's budget, e.g. app.Config.StoreTimeout), else ctx bounded by
+// Config.Timeout.
+func (s *Store) deadline(ctx context.Context) (context.Context, context.CancelFunc, string) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}, "the caller's deadline"
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	return cctx, cancel, s.ownTimeout
 }
 
-// mapErr turns a client error into the store's error contract. ctx is the
-// caller's context, before the store's own deadline (timeout) was added.
-func (s *Store) mapErr(ctx context.Context, err error, timeout time.Duration) error {
+// mapErr turns a client error into the store's error contract (see
+// Store). ctx is the caller's context, cctx the one the call ran under
+// (ctx, or ctx bounded by the store's own timeout), and whose names
+// cctx's deadline for the message.
+func (s *Store) mapErr(ctx, cctx context.Context, err error, whose string) error {
 	switch {
 	case s.closed.Load():
 		return fmt.Errorf("%w: %w", domain.ErrStoreClosed, err)
-	case ctx.Err() != nil:
-		// The caller gave up (cancelled, or its own deadline passed first).
-		return fmt.Errorf("sluice redis: %w", ctx.Err())
-	case callerDeadlinePassed(ctx):
-		// A socket deadline set from the caller's deadline may fire a hair
-		// before the context's own timer marks it done.
-		return fmt.Errorf("sluice redis: %w", context.DeadlineExceeded)
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Errorf("%w: no answer within %s: %w", domain.ErrStoreTimeout, timeout, err)
+	case errors.Is(ctx.Err(), context.Canceled),
+		cctx.Err() == nil && errors.Is(err, context.Canceled):
+		// The caller gave up: not the store's failure.
+		return fmt.Errorf("sluice redis: %w", context.Canceled)
+	case cctx.Err() != nil, deadlinePassed(cctx),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		// A socket deadline set from the context's may fire a hair before
+		// the context's own timer marks it done: deadlinePassed.
+		return fmt.Errorf("%w: no answer within %s: %w", domain.ErrStoreTimeout, whose, context.DeadlineExceeded)
 	}
 	return fmt.Errorf("%w: %w", domain.ErrStoreUnavailable, err)
 }
 
-func callerDeadlinePassed(ctx context.Context) bool {
+func deadlinePassed(ctx context.Context) bool {
 	dl, ok := ctx.Deadline()
 	return ok && !time.Now().Before(dl)
 }

@@ -1,0 +1,80 @@
+package grpcmw_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice/adapters/grpcmw"
+	"github.com/sluicehq/sluice/adapters/local"
+	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/ports/recordertest"
+)
+
+// exampleLimiter builds a Limiter on the in-process store: the health
+// service's Check limited to 2 calls a minute per client address. A
+// service builds it from its YAML file (app.LoadConfig) and
+// RATE_LIMIT_HMAC_SECRET, on Redis (adapters/redis).
+func exampleLimiter() *app.Limiter {
+	primary, _ := local.New(local.Config{})
+	fallback, _ := local.New(local.Config{})
+	burst := app.WindowsConfig{IP: []app.WindowConfig{{Name: "burst", Limit: 2, Period: time.Minute}}}
+	lim, err := app.New(app.Config{
+		HMACSecret: app.Secret(strings.Repeat("5e", 32)), // example only: never hard-code a secret
+		Profiles: []app.ProfileConfig{
+			{Name: "health", Family: domain.FamilyRead, Routes: []string{"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/List"}, Windows: burst},
+			{Name: "health_watch", Family: domain.FamilyAuth, Routes: []string{"/grpc.health.v1.Health/Watch"}, Windows: burst},
+		},
+	}, app.Deps{Store: primary, Fallback: fallback, Recorder: recordertest.Discard{}})
+	if err != nil {
+		panic(err)
+	}
+	return lim
+}
+
+// The README's gRPC server example: interceptors on the server, the boot
+// check over every registered method.
+func Example() {
+	lim := exampleLimiter()
+	defer lim.Close()
+
+	rl, err := grpcmw.New(lim, grpcmw.Config{})
+	if err != nil {
+		panic(err)
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(rl.Unary()), grpc.StreamInterceptor(rl.Stream()))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	if err := grpcmw.CheckServer(lim, srv); err != nil {
+		panic(err) // a method without a profile: refuse to boot
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	go srv.Serve(lis)
+	defer srv.Stop()
+
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		panic(err)
+	}
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+	for range 3 {
+		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		fmt.Println(status.Code(err))
+	}
+	// Output:
+	// OK
+	// OK
+	// ResourceExhausted
+}

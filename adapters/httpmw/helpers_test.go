@@ -1,0 +1,183 @@
+package httpmw_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/adapters/httpmw"
+	"github.com/sluicehq/sluice/adapters/local"
+	"github.com/sluicehq/sluice/adapters/redis"
+	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/ports"
+	"github.com/sluicehq/sluice/ports/recordertest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// freshSecret returns a random HMAC secret: every Limiter of these tests
+// counts on keys of its own, even on a Redis server shared by the binary.
+func freshSecret(t testing.TB) string {
+	t.Helper()
+	b := make([]byte, 32)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	return hex.EncodeToString(b)
+}
+
+// testConfig loads testdata/sluice.yaml with a fresh secret.
+func testConfig(t testing.TB) app.Config {
+	t.Helper()
+	data, err := os.ReadFile("testdata/sluice.yaml")
+	require.NoError(t, err)
+	secret := freshSecret(t)
+	cfg, err := app.ParseConfig(data, func(k string) (string, bool) {
+		if k == app.EnvHMACSecret {
+			return secret, true
+		}
+		return "", false
+	})
+	require.NoError(t, err)
+	return cfg
+}
+
+// newLocal returns a local store closed at cleanup.
+func newLocal(t testing.TB) ports.Store {
+	t.Helper()
+	s, err := local.New(local.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// newRedis returns a store on the Redis server at url, closed at cleanup.
+// Its deadline matches the fixture's store_timeout: generous, so that a
+// loaded machine does not turn calls into degraded decisions.
+func newRedis(t testing.TB, url string) *redis.Store {
+	t.Helper()
+	s, err := redis.New(redis.Config{URL: url, Mode: redis.ModeStandalone, Timeout: 2 * time.Second})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// backends are the primary stores every end-to-end test runs on.
+var backends = []struct {
+	name    string
+	primary func(t testing.TB) ports.Store
+}{
+	{"local", newLocal},
+	{"redis", func(t testing.TB) ports.Store { return newRedis(t, redistest.StandaloneURL(t)) }},
+}
+
+// newLimiter builds a Limiter on primary with a local fallback.
+func newLimiter(t testing.TB, cfg app.Config, primary ports.Store, rec ports.Recorder) *app.Limiter {
+	t.Helper()
+	if rec == nil {
+		rec = &recordertest.Memory{}
+	}
+	lim, err := app.New(cfg, app.Deps{Store: primary, Fallback: newLocal(t), Recorder: rec})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lim.Close() })
+	return lim
+}
+
+// service is an HTTP server on a real loopback port with sluice in front
+// of its routes, counting the calls each handler receives.
+type service struct {
+	srv   *httptest.Server
+	mux   *httpmw.ServeMux
+	calls map[string]*atomic.Int64
+}
+
+// routes of the test service, one per profile of testdata/sluice.yaml.
+var routes = []string{"GET /api/v1/items/{id}", "POST /api/v1/login", "POST /api/v1/exports", "GET /api/v1/five"}
+
+// Headers of the stand-in authentication.
+const (
+	headerUser   = "X-Test-User"
+	headerTenant = "X-Test-Tenant"
+)
+
+// identityFromHeaders is the tests' stand-in for a real authenticator.
+func identityFromHeaders(r *http.Request) httpmw.Identity {
+	return httpmw.Identity{User: r.Header.Get(headerUser), Tenant: r.Header.Get(headerTenant)}
+}
+
+// newService starts the test service: the middleware wraps the whole mux.
+func newService(t testing.TB, lim httpmw.Evaluator, cfg httpmw.Config) *service {
+	t.Helper()
+	s := &service{mux: httpmw.NewServeMux(), calls: map[string]*atomic.Int64{}}
+	for _, r := range routes {
+		n := &atomic.Int64{}
+		s.calls[r] = n
+		s.mux.HandleFunc(r, func(w http.ResponseWriter, _ *http.Request) {
+			n.Add(1)
+			_, _ = io.WriteString(w, "ok")
+		})
+	}
+	if cfg.Route == nil {
+		cfg.Route = s.mux.Route()
+	}
+	if cfg.Identity == nil {
+		cfg.Identity = identityFromHeaders
+	}
+	mw, err := httpmw.New(lim, cfg)
+	require.NoError(t, err)
+	s.srv = httptest.NewServer(mw(s.mux))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+// do sends one request and returns the response with its body read.
+func (s *service) do(t testing.TB, method, path string, header http.Header) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, s.srv.URL+path, nil)
+	require.NoError(t, err)
+	for k, vs := range header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	resp, err := s.srv.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, string(body)
+}
+
+func (s *service) callsOf(route string) int64 { return s.calls[route].Load() }
+
+// loopback is where the test clients come from.
+var loopback = netip.MustParsePrefix("127.0.0.0/8")
+
+// lockedWriter collects what the server's goroutines log.
+type lockedWriter struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

@@ -1,0 +1,217 @@
+package otel
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/ports"
+)
+
+// Log messages: stable, so that log queries can match them.
+const (
+	MsgDecision   = "rate limit decision"
+	MsgRefusal    = "rate limit refusal"
+	MsgInvalid    = "rate limit invalid context"
+	MsgTransition = "rate limit system state change"
+	MsgReset      = "rate limit reset"
+)
+
+// maxAuditRoute bounds the raw route written to the audit log: a route
+// is client input when the context is invalid.
+const maxAuditRoute = 300
+
+// channels are the two log channels. Records go to the handlers directly,
+// not through slog.Logger, whose methods drop a handler's error: a record
+// that cannot be written is an error for the caller.
+type channels struct {
+	app, audit slog.Handler
+}
+
+// appLevel is the application log's level for a decision: allowed
+// decisions are debug noise, degraded ones and store failures warnings, a
+// request shape the store refused (a defect) an error.
+func appLevel(rec *ports.DecisionRecord) slog.Level {
+	d := &rec.Decision
+	switch {
+	case d.Cause == domain.CauseInvalidLimit:
+		return slog.LevelError
+	case d.Degraded, d.State == domain.BypassDegraded, d.State == domain.DeniedDegraded:
+		return slog.LevelWarn
+	case d.State == domain.Throttled, d.State == domain.RejectedInvalidContext:
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
+}
+
+// decision writes a decision to the application log (no ip, no route, no
+// identifier: the tenant is its pseudonym) and, when it is a refusal or an
+// invalid context, to the audit log.
+// The clock is read only when a record is written.
+func (c *channels) decision(ctx context.Context, clock ports.Clock, rec *ports.DecisionRecord) error {
+	var appErr, auditErr error
+	if lvl := appLevel(rec); c.app.Enabled(ctx, lvl) {
+		r := slog.NewRecord(clock.Now(), lvl, MsgDecision, 0)
+		decisionAttrs(&r, rec)
+		r.AddAttrs(
+			slog.Bool("degraded", rec.Decision.Degraded),
+			slog.String("source", rec.Decision.Source.String()),
+			slog.Int64("limit", rec.Decision.Limit),
+			slog.Int64("remaining", rec.Decision.Remaining),
+		)
+		if rec.StoreLatency > 0 {
+			r.AddAttrs(slog.Duration("store_latency", rec.StoreLatency))
+		}
+		errAttrs(&r, rec.Err)
+		appErr = c.app.Handle(ctx, r)
+	}
+	switch rec.Decision.State {
+	case domain.Throttled, domain.DeniedDegraded:
+		auditErr = c.refusal(ctx, clock, rec)
+	case domain.RejectedInvalidContext:
+		auditErr = c.invalid(ctx, clock, rec)
+	}
+	return joinLogErrors(appErr, auditErr)
+}
+
+// refusal writes a THROTTLED or DENIED_DEGRADED decision to the audit log,
+// the one place the raw client ip is written.
+func (c *channels) refusal(ctx context.Context, clock ports.Clock, rec *ports.DecisionRecord) error {
+	if !c.audit.Enabled(ctx, slog.LevelWarn) {
+		return nil
+	}
+	r := slog.NewRecord(clock.Now(), slog.LevelWarn, MsgRefusal, 0)
+	if rec.ClientIP.IsValid() {
+		r.AddAttrs(slog.String("client_ip", rec.ClientIP.String()))
+	}
+	decisionAttrs(&r, rec)
+	r.AddAttrs(slog.Duration("retry_after", rec.Decision.RetryAfter))
+	routeAttrs(&r, rec.Route)
+	return c.audit.Handle(ctx, r)
+}
+
+// invalid writes a REJECTED_INVALID_CONTEXT decision to the audit log:
+// the raw route and the cause, never the ip.
+func (c *channels) invalid(ctx context.Context, clock ports.Clock, rec *ports.DecisionRecord) error {
+	if !c.audit.Enabled(ctx, slog.LevelWarn) {
+		return nil
+	}
+	r := slog.NewRecord(clock.Now(), slog.LevelWarn, MsgInvalid, 0)
+	decisionAttrs(&r, rec)
+	routeAttrs(&r, rec.Route)
+	errAttrs(&r, rec.Err)
+	return c.audit.Handle(ctx, r)
+}
+
+// decisionAttrs are the bounded fields both channels share.
+func decisionAttrs(r *slog.Record, rec *ports.DecisionRecord) {
+	d := &rec.Decision
+	r.AddAttrs(
+		slog.String("decision_state", d.State.String()),
+		slog.String("route_profile", d.Profile),
+		slog.String("route_family", d.Family.String()),
+		slog.String("cause", string(d.Cause)),
+		slog.String("system_state", d.SystemState.String()),
+	)
+	if rec.TenantID != "" {
+		r.AddAttrs(slog.String("tenant_id", rec.TenantID))
+	}
+	if d.LimitingWindow != "" {
+		r.AddAttrs(slog.String("limiting_dimension", d.LimitingDimension.String()),
+			slog.String("limiting_window", d.LimitingWindow))
+	}
+	if d.Plan != "" {
+		r.AddAttrs(slog.String("plan", d.Plan))
+	}
+	if d.Shadow {
+		r.AddAttrs(slog.Bool("shadow", true))
+	}
+}
+
+// routeAttrs adds the raw route, cut to maxAuditRoute bytes.
+func routeAttrs(r *slog.Record, route string) {
+	if len(route) > maxAuditRoute {
+		r.AddAttrs(slog.String("route", strings.ToValidUTF8(route[:maxAuditRoute], "")), slog.Bool("route_truncated", true))
+		return
+	}
+	r.AddAttrs(slog.String("route", route))
+}
+
+func errAttrs(r *slog.Record, err error) {
+	if err == nil {
+		return
+	}
+	if code := domain.CodeOf(err); code != "" {
+		r.AddAttrs(slog.String("error_code", string(code)))
+	}
+	r.AddAttrs(slog.String("error", err.Error()))
+}
+
+// transition writes a health transition to the application log: a warning
+// when the store is lost, information when it comes back.
+func (c *channels) transition(ctx context.Context, change domain.StateChange, at time.Time) error {
+	lvl := slog.LevelInfo
+	if change.To == domain.Degraded {
+		lvl = slog.LevelWarn
+	}
+	if !c.app.Enabled(ctx, lvl) {
+		return nil
+	}
+	r := slog.NewRecord(at, lvl, MsgTransition, 0)
+	r.AddAttrs(slog.String("from", change.From.String()), slog.String("to", change.To.String()))
+	return joinLogErrors(c.app.Handle(ctx, r), nil)
+}
+
+// reset writes an administrative reset to both channels: the application
+// log knows what was reset (dimension, key count, pseudonyms), the audit
+// log also who asked and, for an ip, the raw address.
+func (c *channels) reset(ctx context.Context, now time.Time, rec *ports.ResetRecord) error {
+	lvl := slog.LevelInfo
+	if rec.Err != nil {
+		lvl = slog.LevelWarn
+	}
+	var appErr, auditErr error
+	if c.app.Enabled(ctx, lvl) {
+		r := slog.NewRecord(now, lvl, MsgReset, 0)
+		resetAttrs(&r, rec)
+		errAttrs(&r, rec.Err)
+		appErr = c.app.Handle(ctx, r)
+	}
+	if c.audit.Enabled(ctx, lvl) {
+		r := slog.NewRecord(now, lvl, MsgReset, 0)
+		r.AddAttrs(slog.String("actor", rec.Actor))
+		if rec.ClientIP.IsValid() {
+			r.AddAttrs(slog.String("client_ip", rec.ClientIP.String()))
+		}
+		resetAttrs(&r, rec)
+		errAttrs(&r, rec.Err)
+		auditErr = c.audit.Handle(ctx, r)
+	}
+	return joinLogErrors(appErr, auditErr)
+}
+
+func resetAttrs(r *slog.Record, rec *ports.ResetRecord) {
+	r.AddAttrs(slog.String("dimension", rec.Dimension.String()), slog.Int("keys", rec.Keys))
+	if rec.SubjectID != "" {
+		r.AddAttrs(slog.String("subject_id", rec.SubjectID))
+	}
+	if rec.TenantID != "" {
+		r.AddAttrs(slog.String("tenant_id", rec.TenantID))
+	}
+}
+
+// joinLogErrors names the channel that failed.
+func joinLogErrors(appErr, auditErr error) error {
+	switch {
+	case appErr == nil && auditErr == nil:
+		return nil
+	case auditErr == nil:
+		return fmt.Errorf("sluice otel: application log: %w", appErr)
+	case appErr == nil:
+		return fmt.Errorf("sluice otel: audit log: %w", auditErr)
+	}
+	return fmt.Errorf("sluice otel: application log: %w; audit log: %w", appErr, auditErr)
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/sluicehq/sluice/adapters/local"
+	"github.com/sluicehq/sluice/adapters/redis"
+	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/ports"
+)
+
+//go:embed sluice.yaml
+var defaultConfig []byte
+
+// options are the service's flags.
+type options struct {
+	httpAddr, grpcAddr, config string
+	dev                        bool
+}
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address (the API and /metrics)")
+	fs.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:9090", "gRPC listen address (grpc.health.v1.Health)")
+	fs.StringVar(&o.config, "config", "", "YAML configuration (default: the embedded examples/demo/sluice.yaml)")
+	fs.BoolVar(&o.dev, "dev", false, "development mode: generate a throw-away HMAC secret if RATE_LIMIT_HMAC_SECRET is unset, and open /demo/outage")
+	return o, fs.Parse(args)
+}
+
+// loadConfig reads the configuration and the environment. Without a
+// secret it fails, unless dev is set: then it generates one for this run,
+// and secretNote says so.
+func loadConfig(o options) (cfg app.Config, secretNote string, err error) {
+	data := defaultConfig
+	if o.config != "" {
+		if data, err = os.ReadFile(o.config); err != nil {
+			return cfg, "", err
+		}
+	}
+	env := os.LookupEnv
+	if v, _ := os.LookupEnv(app.EnvHMACSecret); v == "" && o.dev {
+		b := make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			return cfg, "", err
+		}
+		generated := hex.EncodeToString(b)
+		env = func(k string) (string, bool) {
+			if k == app.EnvHMACSecret {
+				return generated, true
+			}
+			return os.LookupEnv(k)
+		}
+		secretNote = "-dev: generated a throw-away HMAC secret for this run (counters start afresh at every start)"
+	}
+	cfg, err = app.ParseConfig(data, env)
+	if errors.Is(err, app.ErrSecretMissing) {
+		err = fmt.Errorf("%w\nset %s to 64 hex characters (head -c32 /dev/urandom | od -An -tx1 | tr -d ' \\n'), or run with -dev (make demo does)", err, app.EnvHMACSecret)
+	}
+	return cfg, secretNote, err
+}
+
+// stores opens the primary store (Redis with REDIS_URL, else the local
+// store) and the local fallback. close closes both.
+func stores(cfg app.Config) (primary, fallback ports.Store, kind string, close func(), err error) {
+	if fallback, err = local.New(local.Config{}); err != nil {
+		return nil, nil, "", nil, err
+	}
+	kind = "local (embedded)"
+	if cfg.RedisURL != "" {
+		primary, err = redis.New(redis.Config{URL: cfg.RedisURL})
+		kind = "redis " + redactedURL(cfg.RedisURL)
+	} else {
+		primary, err = local.New(local.Config{})
+	}
+	if err != nil {
+		_ = fallback.Close()
+		return nil, nil, "", nil, err
+	}
+	return primary, fallback, kind, func() { _ = primary.Close(); _ = fallback.Close() }, nil
+}
+
+// serveMain runs the service until ctx is done.
+func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	o, err := parseOptions(args, stderr)
+	if err != nil {
+		return err
+	}
+	cfg, secretNote, err := loadConfig(o)
+	if err != nil {
+		return err
+	}
+	primary, fallback, kind, closeStores, err := stores(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeStores()
+	var outage *switchable
+	if o.dev {
+		outage = &switchable{Store: primary}
+		primary = outage
+	}
+	rec, err := newRecorder(cfg, stderr)
+	if err != nil {
+		return err
+	}
+	defer rec.Close()
+	lim, err := app.New(cfg, app.Deps{Store: primary, Fallback: fallback, Recorder: rec})
+	if err != nil {
+		return err
+	}
+	defer lim.Close()
+	for _, w := range lim.Warnings() {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
+	handler, err := newHTTPHandler(lim, rec.Handler(), outage)
+	if err != nil {
+		return err
+	}
+	grpcSrv, err := newGRPCServer(lim)
+	if err != nil {
+		return err
+	}
+	return listenAndServe(ctx, o, handler, grpcSrv, banner{store: kind, secretNote: secretNote, outage: outage != nil}, stdout)
+}
+
+// listenAndServe serves HTTP and gRPC until ctx is done or one fails,
+// then shuts both down gracefully.
+func listenAndServe(ctx context.Context, o options, handler http.Handler, grpcSrv *grpc.Server, b banner, stdout io.Writer) error {
+	httpLis, err := net.Listen("tcp", o.httpAddr)
+	if err != nil {
+		return err
+	}
+	grpcLis, err := net.Listen("tcp", o.grpcAddr)
+	if err != nil {
+		_ = httpLis.Close()
+		return err
+	}
+	httpSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 2)
+	go func() { errc <- httpSrv.Serve(httpLis) }()
+	go func() { errc <- grpcSrv.Serve(grpcLis) }()
+	b.http, b.grpc = httpLis.Addr().String(), grpcLis.Addr().String()
+	b.print(stdout)
+
+	select {
+	case <-ctx.Done():
+		err = nil
+	case err = <-errc:
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = httpSrv.Shutdown(sctx)
+	stopped := make(chan struct{})
+	go func() { grpcSrv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-sctx.Done():
+		grpcSrv.Stop()
+	}
+	fmt.Fprintln(stdout, "stopped")
+	return err
+}

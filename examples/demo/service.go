@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/sluicehq/sluice/adapters/grpcmw"
+	"github.com/sluicehq/sluice/adapters/httpmw"
+	"github.com/sluicehq/sluice/adapters/otel"
+	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/ports"
+)
+
+// The stand-in authentication: headers (HTTP) and metadata keys (gRPC)
+// believed as they come. A real service authenticates (a session, a JWT,
+// mTLS) and hands sluice the identity it established.
+const (
+	HeaderUser   = "X-Demo-User"
+	HeaderTenant = "X-Demo-Tenant"
+	mdUser       = "x-demo-user"
+	mdTenant     = "x-demo-tenant"
+)
+
+type principalKey struct{}
+
+// authenticate is the HTTP stand-in authenticator: it stores the
+// principal in the request's context, where identity reads it.
+func authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := httpmw.Identity{User: r.Header.Get(HeaderUser), Tenant: r.Header.Get(HeaderTenant)}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, id)))
+	})
+}
+
+func identity(r *http.Request) httpmw.Identity {
+	id, _ := r.Context().Value(principalKey{}).(httpmw.Identity)
+	return id
+}
+
+// newHTTPHandler builds the HTTP side: the API behind authentication and
+// sluice, and, beside them, /metrics and (with -dev) /demo/outage.
+func newHTTPHandler(lim *app.Limiter, metrics http.Handler, outage *switchable) (http.Handler, error) {
+	api := httpmw.NewServeMux()
+	api.HandleFunc("GET /api/v1/search", func(w http.ResponseWriter, r *http.Request) {
+		reply(w, http.StatusOK, map[string]any{"results": []string{"sluice", "rate limiting"}, "q": r.URL.Query().Get("q")})
+	})
+	api.HandleFunc("POST /api/v1/login", func(w http.ResponseWriter, _ *http.Request) {
+		reply(w, http.StatusOK, map[string]string{"session": "demo"})
+	})
+	api.HandleFunc("POST /api/v1/exports", func(w http.ResponseWriter, r *http.Request) {
+		if identity(r).User == "" {
+			reply(w, http.StatusUnauthorized, map[string]string{"error": "exports need " + HeaderUser})
+			return
+		}
+		reply(w, http.StatusAccepted, map[string]string{"export": "queued"})
+	})
+	if err := lim.CheckRoutes(api.Patterns()); err != nil {
+		return nil, err
+	}
+	limit, err := httpmw.New(lim, httpmw.Config{Route: api.Route(), Identity: identity})
+	if err != nil {
+		return nil, err
+	}
+	root := http.NewServeMux()
+	root.Handle("/", authenticate(limit(api)))
+	root.Handle("GET /metrics", metrics)
+	if outage != nil {
+		root.HandleFunc("POST /demo/outage", func(w http.ResponseWriter, r *http.Request) { outage.set(r.Context(), w, lim, true) })
+		root.HandleFunc("DELETE /demo/outage", func(w http.ResponseWriter, r *http.Request) { outage.set(r.Context(), w, lim, false) })
+	}
+	return root, nil
+}
+
+func reply(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// newGRPCServer builds the gRPC side: the health service behind the
+// stand-in authentication and sluice, every method checked for a profile.
+func newGRPCServer(lim *app.Limiter) (*grpc.Server, error) {
+	rl, err := grpcmw.New(lim, grpcmw.Config{Identity: func(ctx context.Context, _ string) grpcmw.Identity {
+		md, _ := metadata.FromIncomingContext(ctx)
+		return grpcmw.Identity{User: first(md.Get(mdUser)), Tenant: first(md.Get(mdTenant))}
+	}})
+	if err != nil {
+		return nil, err
+	}
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(rl.Unary()), grpc.ChainStreamInterceptor(rl.Stream()))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	if err := grpcmw.CheckServer(lim, srv); err != nil {
+		return nil, err
+	}
+	return srv, nil
+}
+
+func first(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}
+
+// switchable is the -dev stand-in for a store outage: the real primary
+// store, answering domain.ErrStoreUnavailable while down is set.
+type switchable struct {
+	ports.Store
+	down atomic.Bool
+}
+
+func (s *switchable) Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
+	if s.down.Load() {
+		return domain.Result{}, fmt.Errorf("demo outage: %w", domain.ErrStoreUnavailable)
+	}
+	return s.Store.Evaluate(ctx, now, limits)
+}
+
+func (s *switchable) Peek(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
+	if s.down.Load() {
+		return domain.Result{}, fmt.Errorf("demo outage: %w", domain.ErrStoreUnavailable)
+	}
+	return s.Store.Peek(ctx, now, limits)
+}
+
+// set starts (down) or ends an outage and probes the store at once, as
+// the health loop would at its next tick: once to leave HEALTHY, as many
+// times as clearing_probes asks to come back.
+func (s *switchable) set(ctx context.Context, w http.ResponseWriter, lim *app.Limiter, down bool) {
+	s.down.Store(down)
+	probes := 1
+	if !down {
+		probes = lim.Config().ClearingProbes
+	}
+	var states []string
+	for range probes {
+		st, err := lim.ProbeOnce(ctx)
+		if err != nil {
+			reply(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			return
+		}
+		states = append(states, st.String())
+	}
+	reply(w, http.StatusOK, map[string]any{"store_down": down, "system_state": states})
+}
+
+// newRecorder builds the demo's one Recorder: OpenTelemetry metrics on
+// their own Prometheus registry, served by the returned handler at
+// /metrics, and the two log channels on stderr (the application channel,
+// and the security-audit one, which alone may carry a raw client address).
+func newRecorder(cfg app.Config, stderr io.Writer) (*otel.Recorder, error) {
+	cfg = cfg.WithDefaults()
+	logs := slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})
+	return otel.New(otel.Config{
+		InstanceID:    cfg.InstanceID,
+		StoreDeadline: cfg.StoreTimeout,
+		Registry:      prometheus.NewRegistry(),
+		AppLog:        slog.New(logs).With("channel", "app"),
+		AuditLog:      slog.New(logs).With("channel", "audit"),
+	})
+}
+
+// banner is what the service prints when it is up.
+type banner struct {
+	http, grpc, store, secretNote string
+	outage                        bool
+}
+
+func (b banner) print(w io.Writer) {
+	base := "http://" + b.http
+	fmt.Fprintf(w, "sluice demo: store %s\n", b.store)
+	if b.secretNote != "" {
+		fmt.Fprintln(w, b.secretNote)
+	}
+	fmt.Fprintf(w, "http: %s\n", base)
+	fmt.Fprintf(w, "grpc: %s\n", b.grpc)
+	fmt.Fprintf(w, "metrics: %s/metrics\n", base)
+	fmt.Fprintln(w, "\nTry:")
+	fmt.Fprintf(w, "  curl -i %s/api/v1/search -H '%s: alice@example.org' -H '%s: acme'\n", base, HeaderUser, HeaderTenant)
+	fmt.Fprintf(w, "  for i in 1 2 3 4; do curl -s -o /dev/null -w '%%{http_code}\\n' -X POST %s/api/v1/login; done\n", base)
+	fmt.Fprintf(w, "  curl -i %s/api/v1/unknown\n", base)
+	if b.outage {
+		fmt.Fprintf(w, "  curl -X POST %s/demo/outage    # simulate a store outage; DELETE to end it\n", base)
+	}
+	fmt.Fprintf(w, "  go run ./examples/demo tour -http %s -grpc %s\n", base, b.grpc)
+	fmt.Fprintln(w, "Ctrl-C stops the service.")
+}
+
+// redactedURL hides a password in a Redis URL.
+func redactedURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
