@@ -1,7 +1,8 @@
 // Package inproc holds the in-process benchmarks: sluice's local store
 // beside golang.org/x/time/rate and sethvargo/go-limiter on one key of a
-// population of 10 000, and the local store on the nine keys of a fully
-// identified request. They are testing.B functions, run by `go test
+// population of 10 000, the local store on the nine keys of a fully
+// identified request, and a whole request through the HTTP middleware on
+// the local store. They are testing.B functions, run by `go test
 // -bench` (inproc_test.go) and by sluicebench through testing.Benchmark, so
 // that the report's numbers come from the same run as its Redis ones.
 //
@@ -62,10 +63,7 @@ func (bm Benchmark) Name() string {
 	if bm.Parallel {
 		mode = "parallel"
 	}
-	shape := "1key"
-	if bm.Shape == ShapeNine {
-		shape = "9keys"
-	}
+	shape := map[string]string{ShapeOne: "1key", ShapeNine: "9keys", ShapeHTTP: "http"}[bm.Shape]
 	return fmt.Sprintf("%s/%s/%s", shape, slug(bm.Contender), mode)
 }
 
@@ -94,6 +92,9 @@ const (
 	ShapeNine = "9 keys"
 	// ShapeHTTP is a request through the HTTP middleware.
 	ShapeHTTP = "HTTP middleware"
+	// HTTPOtel is the middleware with the production Recorder, the
+	// contender of the HTTP target.
+	HTTPOtel = "sluice httpmw (otel Recorder)"
 )
 
 // Benchmarks returns every in-process benchmark, in report order.
@@ -110,6 +111,8 @@ func Benchmarks() []Benchmark {
 		{ShapeOne, "x/time/rate", false, timeRateOp},
 		{ShapeNine, "sluice local (GCRA)", true, localOp(9, gcra)},
 		{ShapeNine, "sluice local (sliding log)", true, localOp(9, log)},
+		{ShapeHTTP, HTTPOtel, true, httpOp(true)},
+		{ShapeHTTP, "sluice httpmw (discarding Recorder)", true, httpOp(false)},
 	}
 	var out []Benchmark
 	for _, parallel := range []bool{false, true} {
