@@ -76,6 +76,9 @@ func Shapes() []Shape {
 	dual := func(p *Population) [][]domain.Limit {
 		return each(p, func(id *Identity) []domain.Limit { return limits(id.Dual, burstLog) })
 	}
+	dualGCRA := func(p *Population) [][]domain.Limit {
+		return each(p, func(id *Identity) []domain.Limit { return limits(id.Dual, burstGCRA) })
+	}
 	nine := func(p *Population) [][]domain.Limit {
 		return each(p, func(id *Identity) []domain.Limit { return nineLimits(id.Nine, burstLog, sustainedLog) })
 	}
@@ -94,6 +97,9 @@ func Shapes() []Shape {
 		}},
 		{Name: "log-2", Title: "2 keys, sliding log (AllowDual)", Keys: 2, Contenders: []Contender{
 			sluiceLimiter(dualRequest, false), sluiceStore(dual), plainScript(dual), redisRate(false),
+		}},
+		{Name: "gcra-2", Title: "2 keys, GCRA", Keys: 2, Contenders: []Contender{
+			sluiceStore(dualGCRA), plainScript(dual), redisRate(false),
 		}},
 		{Name: "log-9", Title: "9 keys, sliding log", Keys: 9, Contenders: []Contender{
 			sluiceLimiter(nineRequest, false), sluiceStore(nine), plainScript(nine),
