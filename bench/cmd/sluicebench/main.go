@@ -33,6 +33,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/bench/internal/cputime"
 	"github.com/sluicehq/sluice/bench/internal/inproc"
 	"github.com/sluicehq/sluice/bench/internal/load"
 	"github.com/sluicehq/sluice/bench/internal/report"
@@ -270,8 +271,8 @@ func measureRedis(ctx context.Context, o *options, r *report.Run, log io.Writer)
 				if err != nil {
 					return fmt.Errorf("%s / %s at c=%d: %w", shape.Name, ct.Name, c, err)
 				}
-				fmt.Fprintf(log, "%-7s %-15s c=%-4d %9.0f/s  p50 %8.0fµs  p99 %8.0fµs  refused %6.2f%%  redis %6.1fµs/call\n",
-					m.Shape, m.Contender, c, m.PerSecond, m.P50, m.P99, 100*m.RefusedShare(), m.MicrosPerCall())
+				fmt.Fprintf(log, "%-7s %-15s c=%-4d %9.0f/s  p50 %8.0fµs  p99 %8.0fµs  refused %6.2f%%  redis %6.1fµs/call  cpu/decision client %5.1fµs redis %5.1fµs\n",
+					m.Shape, m.Contender, c, m.PerSecond, m.P50, m.P99, 100*m.RefusedShare(), m.MicrosPerCall(), m.ClientCPUPerDecision(), m.RedisCPUPerDecision())
 				r.Redis = append(r.Redis, *m)
 			}
 		}
@@ -293,9 +294,24 @@ func measureOne(ctx context.Context, srv *server.Server, env *suite.Env, o *opti
 	if err != nil {
 		return nil, err
 	}
+	// Processor time of this process (the clients) and of Redis over the
+	// measured period: on a machine they share, what one decision costs
+	// each side.
+	var selfStart, selfEnd, redisStart, redisEnd time.Duration
 	res, err := load.Run(ctx, load.Config{
 		Concurrency: c, Warmup: o.warmup, Duration: o.duration, Ops: o.ops,
-		BetweenPhases: srv.ResetStats,
+		BetweenPhases: func(ctx context.Context) (err error) {
+			if err = srv.ResetStats(ctx); err == nil {
+				redisStart, err = srv.CPU(ctx)
+			}
+			selfStart = cputime.Self()
+			return err
+		},
+		AtEnd: func(ctx context.Context) (err error) {
+			selfEnd = cputime.Self()
+			redisEnd, err = srv.CPU(ctx)
+			return err
+		},
 	}, worker)
 	// The client goes first, so that its connections' buffers leave
 	// used_memory; the keys outlive it by their TTLs, a second or more.
@@ -320,6 +336,7 @@ func measureOne(ctx context.Context, srv *server.Server, env *suite.Env, o *opti
 		P999: us(res.Latency.Quantile(0.999)), Max: us(res.Latency.Max()),
 		ScriptCalls: st.ScriptCalls, ScriptMicros: st.ScriptMicros, OtherCalls: st.Calls, OtherMicros: st.Micros,
 		DBKeys: st.Keys, UsedMemory: max(st.UsedMemory-empty.UsedMemory, 0), KeyBytes: keyBytes,
+		ClientCPU: us(selfEnd - selfStart), RedisCPU: us(redisEnd - redisStart),
 	}, nil
 }
 

@@ -119,6 +119,8 @@ func checkRedis(t *testing.T, r *report.Run, conc []int) {
 					t.Errorf("%s / %s at c=%d: %v/s over %vs", s.Name, ct.Name, c, m.PerSecond, m.Seconds)
 				case !s.Hot && (m.ScriptCalls < m.Ops || m.MicrosPerCall() <= 0):
 					t.Errorf("%s / %s at c=%d: Redis counted %d script calls (%v µs each) for %d decisions", s.Name, ct.Name, c, m.ScriptCalls, m.MicrosPerCall(), m.Ops)
+				case m.ClientCPU <= 0 || m.RedisCPU < 0 || (!s.Hot && m.RedisCPU == 0):
+					t.Errorf("%s / %s at c=%d: CPU client %vµs, Redis %vµs", s.Name, ct.Name, c, m.ClientCPU, m.RedisCPU)
 				case !s.Hot && (m.DBKeys == 0 || m.KeyBytes <= 0):
 					t.Errorf("%s / %s at c=%d: %d keys of %v bytes", s.Name, ct.Name, c, m.DBKeys, m.KeyBytes)
 				}

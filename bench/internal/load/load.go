@@ -49,6 +49,9 @@ type Config struct {
 	// measurement starts (e.g. resetting the server's statistics); the
 	// workers keep running meanwhile, uncounted.
 	BetweenPhases func(ctx context.Context) error
+	// AtEnd, when set, runs as the measurement ends, before the workers
+	// are stopped (e.g. reading CPU counters).
+	AtEnd func(ctx context.Context) error
 }
 
 // Result is one measurement.
@@ -192,6 +195,9 @@ func drive(ctx context.Context, cfg Config, phase *atomic.Int32, reached <-chan 
 		return ctx.Err()
 	}
 	*elapsed = time.Since(start)
+	if cfg.AtEnd != nil {
+		return cfg.AtEnd(ctx)
+	}
 	return nil
 }
 

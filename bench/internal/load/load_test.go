@@ -8,7 +8,7 @@ import (
 )
 
 func TestRunCountsOutcomesOfTheMeasurementOnly(t *testing.T) {
-	var issued, atSwitch atomic.Int64
+	var issued, atSwitch, atEnd atomic.Int64
 	boom := errors.New("boom")
 	newOp := func(w, c int) Op {
 		n := 0
@@ -31,6 +31,10 @@ func TestRunCountsOutcomesOfTheMeasurementOnly(t *testing.T) {
 			atSwitch.Store(issued.Load())
 			return nil
 		},
+		AtEnd: func(context.Context) error {
+			atEnd.Store(issued.Load())
+			return nil
+		},
 	}
 	res, err := Run(context.Background(), cfg, newOp)
 	if err != nil {
@@ -38,6 +42,9 @@ func TestRunCountsOutcomesOfTheMeasurementOnly(t *testing.T) {
 	}
 	if res.Ops < cfg.Ops || res.Ops > issued.Load()-atSwitch.Load() {
 		t.Errorf("Ops = %d, want at least %d and at most the %d issued after the warm-up", res.Ops, cfg.Ops, issued.Load()-atSwitch.Load())
+	}
+	if atEnd.Load()-atSwitch.Load() < cfg.Ops {
+		t.Errorf("AtEnd ran after %d requests of the measurement, want at least %d", atEnd.Load()-atSwitch.Load(), cfg.Ops)
 	}
 	if res.Allowed+res.Refused+res.Errors != res.Ops {
 		t.Errorf("allowed %d + refused %d + errors %d != ops %d", res.Allowed, res.Refused, res.Errors, res.Ops)

@@ -56,8 +56,8 @@ func (r *Run) writeTargets(b *strings.Builder) {
 func (r *Run) writeSummary(b *strings.Builder) {
 	c := RefConcurrency
 	fmt.Fprintf(b, "\n#### Side by side at c=%d\n\n", c)
-	b.WriteString("| shape | contender | decisions/s | p50 | p99 | p999 | vs peer | Redis µs per call | Redis calls per decision | refused |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| shape | contender | decisions/s | p50 | p99 | p999 | vs peer | Redis µs per call | Redis calls per decision | CPU µs per decision: client + Redis | refused |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.shapes() {
 		ref := r.find(s.name, s.peer(), c)
 		for _, ct := range s.contenders {
@@ -69,12 +69,12 @@ func (r *Run) writeSummary(b *strings.Builder) {
 			if ct.sluice && ref != nil && ref.PerSecond > 0 {
 				vs = times(m.PerSecond/ref.PerSecond) + " " + s.peer()
 			}
-			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %.1f | %.3f | %s |\n",
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %.1f | %.3f | %.1f + %.1f | %s |\n",
 				s.title, name(ct), rate(m.PerSecond), micros(m.P50), micros(m.P99), micros(m.P999), vs,
-				m.MicrosPerCall(), m.CallsPerDecision(), percent(m.RefusedShare()))
+				m.MicrosPerCall(), m.CallsPerDecision(), m.ClientCPUPerDecision(), m.RedisCPUPerDecision(), percent(m.RefusedShare()))
 		}
 	}
-	b.WriteString("\nRedis µs per call is Redis' own time per script call (INFO commandstats, commands inside the script included); calls per decision counts every command the contender sent.\n")
+	b.WriteString("\nRedis µs per call is Redis' own time per script call (INFO commandstats, commands inside the script included); calls per decision counts every command the contender sent. CPU per decision is the processor time the client process (every worker, the client library and sluice) and Redis (INFO cpu: commands, protocol and network) used over the measurement, divided by its decisions: the two share the machine's cores, so a side that costs less leaves more to the other.\n")
 }
 
 func (r *Run) writeInProcess(b *strings.Builder) {

@@ -81,13 +81,18 @@ type Measurement struct {
 	// the keys left and the memory they take (used_memory over the empty
 	// server's, read once the client is gone, and the mean MEMORY USAGE of
 	// sampled keys).
-	ScriptCalls  int64   `json:"script_calls"`
-	ScriptMicros int64   `json:"script_us"`
-	OtherCalls   int64   `json:"other_calls"`
-	OtherMicros  int64   `json:"other_us"`
-	DBKeys       int64   `json:"db_keys"`
-	UsedMemory   int64   `json:"used_memory"`
-	KeyBytes     float64 `json:"key_bytes"`
+	ScriptCalls  int64 `json:"script_calls"`
+	ScriptMicros int64 `json:"script_us"`
+	OtherCalls   int64 `json:"other_calls"`
+	OtherMicros  int64 `json:"other_us"`
+	DBKeys       int64 `json:"db_keys"`
+	// ClientCPU and RedisCPU are the processor time, in microseconds, the
+	// tool's process (the clients, sluice included) and Redis used over
+	// the measured period.
+	ClientCPU  float64 `json:"client_cpu_us"`
+	RedisCPU   float64 `json:"redis_cpu_us"`
+	UsedMemory int64   `json:"used_memory"`
+	KeyBytes   float64 `json:"key_bytes"`
 }
 
 // CallsPerDecision is how many commands Redis ran per decision.
@@ -96,6 +101,22 @@ func (m *Measurement) CallsPerDecision() float64 {
 		return 0
 	}
 	return float64(m.ScriptCalls+m.OtherCalls) / float64(m.Ops)
+}
+
+// ClientCPUPerDecision is the client process' processor time per
+// decision, in microseconds.
+func (m *Measurement) ClientCPUPerDecision() float64 { return m.perOp(m.ClientCPU) }
+
+// RedisCPUPerDecision is Redis' processor time per decision, in
+// microseconds: its commands, and the network and protocol work around
+// them.
+func (m *Measurement) RedisCPUPerDecision() float64 { return m.perOp(m.RedisCPU) }
+
+func (m *Measurement) perOp(v float64) float64 {
+	if m.Ops == 0 {
+		return 0
+	}
+	return v / float64(m.Ops)
 }
 
 // MicrosPerCall is Redis' own time per script call.
