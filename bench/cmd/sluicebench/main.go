@@ -19,6 +19,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -28,6 +29,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -60,6 +62,7 @@ type options struct {
 	goRedisPool int
 	inProcess   bool
 	benchtime   string
+	rounds      int
 	jsonPath    string
 	chartPath   string
 	mdPath      string
@@ -82,6 +85,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.goRedisPool, "goredis-pool", 0, "go-redis pool size for redis_rate; 0: go-redis' default, 10 per CPU")
 	fs.BoolVar(&o.inProcess, "inproc", true, "run the in-process Go benchmarks")
 	fs.StringVar(&o.benchtime, "benchtime", "1s", "length of each in-process benchmark, as go test's -benchtime")
+	fs.IntVar(&o.rounds, "rounds", 3, "rounds of the in-process benchmarks; the median round of each is reported")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results as JSON to this file")
 	fs.StringVar(&o.chartPath, "chart", "", "write the SVG chart to this file")
 	fs.StringVar(&o.mdPath, "md", "", "write the markdown report to this file")
@@ -97,6 +101,9 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	var err error
 	if o.concurrency, err = ints(*conc); err != nil {
 		return nil, fmt.Errorf("-c: %w", err)
+	}
+	if o.rounds < 1 {
+		return nil, fmt.Errorf("-rounds %d: want at least 1", o.rounds)
 	}
 	if *shapes != "" {
 		o.shapes = strings.Split(*shapes, ",")
@@ -340,24 +347,36 @@ func measureOne(ctx context.Context, srv *server.Server, env *suite.Env, o *opti
 	}, nil
 }
 
-// measureInProcess runs the Go benchmarks through testing.Benchmark.
+// measureInProcess runs the Go benchmarks through testing.Benchmark,
+// o.rounds times each, round-robin, and keeps the median round of each
+// (by ns/op): other work on the machine slows some rounds down, and the
+// rounds of one benchmark are spread over the whole pass.
 func measureInProcess(o *options, r *report.Run, log io.Writer) error {
 	if err := flag.CommandLine.Set("test.benchtime", o.benchtime); err != nil {
 		return fmt.Errorf("-benchtime: %w", err)
 	}
-	for _, bm := range inproc.Benchmarks() {
-		res := testing.Benchmark(bm.F)
-		if res.N == 0 {
-			return fmt.Errorf("in-process benchmark %s failed", bm.Name())
+	bms := inproc.Benchmarks()
+	rounds := make([][]report.InProcess, len(bms))
+	for round := range o.rounds {
+		for i, bm := range bms {
+			res := testing.Benchmark(bm.F)
+			if res.N == 0 {
+				return fmt.Errorf("in-process benchmark %s failed", bm.Name())
+			}
+			ip := report.InProcess{
+				Shape: bm.Shape, Contender: bm.Contender, Sluice: bm.Sluice, Parallel: bm.Parallel, N: res.N,
+				NsPerOp:     float64(res.T.Nanoseconds()) / float64(res.N),
+				AllocsPerOp: res.AllocsPerOp(), BytesPerOp: res.AllocedBytesPerOp(),
+			}
+			fmt.Fprintf(log, "round %d  %-45s %10.0f ns/op %4d allocs/op\n", round+1, bm.Name(), ip.NsPerOp, ip.AllocsPerOp)
+			rounds[i] = append(rounds[i], ip)
 		}
-		ip := report.InProcess{
-			Shape: bm.Shape, Contender: bm.Contender, Sluice: bm.Sluice, Parallel: bm.Parallel, N: res.N,
-			NsPerOp:     float64(res.T.Nanoseconds()) / float64(res.N),
-			AllocsPerOp: res.AllocsPerOp(), BytesPerOp: res.AllocedBytesPerOp(),
-		}
-		fmt.Fprintf(log, "%-40s %10.0f ns/op %4d allocs/op\n", bm.Name(), ip.NsPerOp, ip.AllocsPerOp)
-		r.InProcess = append(r.InProcess, ip)
 	}
+	for _, rs := range rounds {
+		slices.SortFunc(rs, func(a, b report.InProcess) int { return cmp.Compare(a.NsPerOp, b.NsPerOp) })
+		r.InProcess = append(r.InProcess, rs[len(rs)/2])
+	}
+	r.InProcessRounds = o.rounds
 	if !hasShape(r.InProcess, inproc.ShapeHTTP) {
 		r.Notes = append(r.Notes, "The HTTP middleware (adapters/httpmw) is not on main yet: its target is not measured.")
 	}

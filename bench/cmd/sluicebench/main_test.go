@@ -40,7 +40,7 @@ func TestSmoke(t *testing.T) {
 	conc := []int{1, 4}
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{
-		"-ops", "200", "-warmup", "20ms", "-c", "1,4", "-benchtime", "1x",
+		"-ops", "200", "-warmup", "20ms", "-c", "1,4", "-benchtime", "1x", "-rounds", "2",
 		"-json", paths["json"], "-chart", paths["svg"], "-md", paths["md"], "-doc", doc,
 	}, &stdout, &stderr)
 	if code != 0 {
@@ -224,6 +224,7 @@ func TestFlagsRefuseBadInput(t *testing.T) {
 		{"-c", "x"},
 		{"-shapes", "log-1,nope"},
 		{"extra"},
+		{"-rounds", "0"},
 	} {
 		if code := run(context.Background(), args, io.Discard, io.Discard); code != 2 {
 			t.Errorf("run(%q) = %d, want 2 (usage)", args, code)

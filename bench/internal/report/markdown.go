@@ -81,7 +81,11 @@ func (r *Run) writeInProcess(b *strings.Builder) {
 	if len(r.InProcess) == 0 {
 		return
 	}
-	b.WriteString("\n#### In process (Go benchmarks)\n\n| shape | contender | goroutines | ns/op | allocs/op | B/op |\n|---|---|---|---|---|---|\n")
+	b.WriteString("\n#### In process (Go benchmarks)\n\n")
+	if r.InProcessRounds > 1 {
+		fmt.Fprintf(b, "Each benchmark ran %d times, round-robin with the others; the median round is shown.\n\n", r.InProcessRounds)
+	}
+	b.WriteString("| shape | contender | goroutines | ns/op | allocs/op | B/op |\n|---|---|---|---|---|---|\n")
 	for _, ip := range r.InProcess {
 		g := "1"
 		if ip.Parallel {

@@ -33,6 +33,9 @@ type Run struct {
 	GoRedisPool string        `json:"goredis_pool"`
 	Redis       []Measurement `json:"redis"`
 	InProcess   []InProcess   `json:"in_process"`
+	// InProcessRounds is how many times each in-process benchmark ran; the
+	// median round is kept.
+	InProcessRounds int `json:"in_process_rounds,omitempty"`
 	// Notes are remarks the run adds to the report (e.g. a benchmark that
 	// could not run and why).
 	Notes []string `json:"notes,omitempty"`
