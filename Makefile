@@ -38,7 +38,7 @@ test: deps
 ## the peers stay out of go.mod): starts a private redis-server, drives
 ## every shape at concurrency 1, 16, 64 and 256, runs the in-process
 ## benchmarks, and rewrites docs/BENCHMARKS.md's generated block,
-## docs/bench/redis.svg and docs/bench/results.json. About 10 minutes; run
+## docs/bench/redis.svg and docs/bench/results.json. About 20 minutes; run
 ## it on a quiet machine. BENCHFLAGS adds flags, e.g.
 ## BENCHFLAGS='-duration 10s -shapes log-9,gcra-9'.
 bench: deps

@@ -63,6 +63,7 @@ type options struct {
 	inProcess   bool
 	benchtime   string
 	rounds      int
+	redisRounds int
 	jsonPath    string
 	chartPath   string
 	mdPath      string
@@ -77,8 +78,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.SetOutput(stderr)
 	shapes := fs.String("shapes", "", "comma-separated shapes to run (default all: "+strings.Join(shapeNames(), ",")+")")
 	conc := fs.String("c", "1,16,64,256", "comma-separated concurrencies (closed-loop workers)")
-	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "warm-up before each measurement")
-	fs.DurationVar(&o.duration, "duration", 5*time.Second, "length of each measurement")
+	fs.DurationVar(&o.warmup, "warmup", time.Second, "warm-up before each measurement")
+	fs.DurationVar(&o.duration, "duration", 3*time.Second, "length of each measurement")
 	fs.Int64Var(&o.ops, "ops", 0, "requests per measurement instead of -duration (smoke tests)")
 	fs.IntVar(&o.population, "population", 1000, "clients the Redis shapes cycle through")
 	fs.StringVar(&o.redisAddr, "redis", "", "host:port of a Redis to use instead of starting one (it is flushed!)")
@@ -86,6 +87,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.inProcess, "inproc", true, "run the in-process Go benchmarks")
 	fs.StringVar(&o.benchtime, "benchtime", "1s", "length of each in-process benchmark, as go test's -benchtime")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds of the in-process benchmarks; the median round of each is reported")
+	fs.IntVar(&o.redisRounds, "redis-rounds", 3, "rounds of each shape at each concurrency; each contender's median round is reported")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results as JSON to this file")
 	fs.StringVar(&o.chartPath, "chart", "", "write the SVG chart to this file")
 	fs.StringVar(&o.mdPath, "md", "", "write the markdown report to this file")
@@ -102,8 +104,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	if o.concurrency, err = ints(*conc); err != nil {
 		return nil, fmt.Errorf("-c: %w", err)
 	}
-	if o.rounds < 1 {
-		return nil, fmt.Errorf("-rounds %d: want at least 1", o.rounds)
+	if o.rounds < 1 || o.redisRounds < 1 {
+		return nil, fmt.Errorf("-rounds %d, -redis-rounds %d: want at least 1 of each", o.rounds, o.redisRounds)
 	}
 	if *shapes != "" {
 		o.shapes = strings.Split(*shapes, ",")
@@ -226,6 +228,7 @@ func measure(ctx context.Context, o *options, log io.Writer) (*report.Run, error
 		Warmup:      report.Duration(o.warmup),
 		Duration:    report.Duration(o.duration),
 		Concurrency: o.concurrency,
+		RedisRounds: o.redisRounds,
 		Population:  o.population,
 		GoRedisPool: fmt.Sprintf("its default pool of 10 connections per CPU (%d)", 10*runtime.GOMAXPROCS(0)),
 	}
@@ -269,22 +272,52 @@ func measureRedis(ctx context.Context, o *options, r *report.Run, log io.Writer)
 			continue
 		}
 		for i, c := range o.concurrency {
-			order := shape.Contenders
-			if i%2 == 1 { // alternate, so that drift favours no one
-				order = reversed(order)
+			ms, err := measureRounds(ctx, srv, env, o, shape, c, i, log)
+			if err != nil {
+				return err
 			}
-			for _, ct := range order {
-				m, err := measureOne(ctx, srv, env, o, shape, ct, c)
-				if err != nil {
-					return fmt.Errorf("%s / %s at c=%d: %w", shape.Name, ct.Name, c, err)
-				}
-				fmt.Fprintf(log, "%-7s %-15s c=%-4d %9.0f/s  p50 %8.0fµs  p99 %8.0fµs  refused %6.2f%%  redis %6.1fµs/call  cpu/decision client %5.1fµs redis %5.1fµs\n",
-					m.Shape, m.Contender, c, m.PerSecond, m.P50, m.P99, 100*m.RefusedShare(), m.MicrosPerCall(), m.ClientCPUPerDecision(), m.RedisCPUPerDecision())
-				r.Redis = append(r.Redis, *m)
-			}
+			r.Redis = append(r.Redis, ms...)
 		}
 	}
 	return nil
+}
+
+// measureRounds measures every contender of shape at concurrency c,
+// o.redisRounds times, back to back and in alternating order (so that a
+// machine growing busier favours no one), and keeps each contender's
+// median round by decisions/s. turn numbers the concurrency, to alternate
+// across them too.
+func measureRounds(ctx context.Context, srv *server.Server, env *suite.Env, o *options, shape suite.Shape, c, turn int, log io.Writer) ([]report.Measurement, error) {
+	rounds := make(map[string][]report.Measurement)
+	for round := range o.redisRounds {
+		order := shape.Contenders
+		if (turn+round)%2 == 1 {
+			order = reversed(order)
+		}
+		for _, ct := range order {
+			m, err := measureOne(ctx, srv, env, o, shape, ct, c)
+			if err != nil {
+				return nil, fmt.Errorf("%s / %s at c=%d: %w", shape.Name, ct.Name, c, err)
+			}
+			fmt.Fprintf(log, "%-7s %-15s c=%-4d %9.0f/s  p50 %8.0fµs  p99 %8.0fµs  refused %6.2f%%  redis %6.1fµs/call  cpu/decision client %5.1fµs redis %5.1fµs\n",
+				m.Shape, m.Contender, c, m.PerSecond, m.P50, m.P99, 100*m.RefusedShare(), m.MicrosPerCall(), m.ClientCPUPerDecision(), m.RedisCPUPerDecision())
+			rounds[ct.Name] = append(rounds[ct.Name], *m)
+		}
+	}
+	var out []report.Measurement
+	for _, ct := range shape.Contenders {
+		ms := rounds[ct.Name]
+		slices.SortFunc(ms, func(a, b report.Measurement) int { return cmp.Compare(a.PerSecond, b.PerSecond) })
+		m := ms[len(ms)/2]
+		m.Rounds = len(ms)
+		for _, x := range ms { // a failure in any round fails the run
+			if x.Errors > 0 && m.Errors == 0 {
+				m.Errors, m.FirstError = x.Errors, x.FirstError
+			}
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 // measureOne measures contender ct on shape at concurrency c, from an

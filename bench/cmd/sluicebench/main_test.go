@@ -40,7 +40,7 @@ func TestSmoke(t *testing.T) {
 	conc := []int{1, 4}
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{
-		"-ops", "200", "-warmup", "20ms", "-c", "1,4", "-benchtime", "1x", "-rounds", "2",
+		"-ops", "200", "-warmup", "20ms", "-c", "1,4", "-benchtime", "1x", "-rounds", "2", "-redis-rounds", "2",
 		"-json", paths["json"], "-chart", paths["svg"], "-md", paths["md"], "-doc", doc,
 	}, &stdout, &stderr)
 	if code != 0 {
@@ -105,6 +105,8 @@ func checkRedis(t *testing.T, r *report.Run, conc []int) {
 					continue
 				}
 				switch {
+				case m.Rounds != 2:
+					t.Errorf("%s / %s at c=%d: the median of %d rounds, want 2", s.Name, ct.Name, c, m.Rounds)
 				case m.Ops < 200 || m.Allowed+m.Refused+m.Errors != m.Ops:
 					t.Errorf("%s / %s at c=%d: %d ops = %d allowed + %d refused + %d errors", s.Name, ct.Name, c, m.Ops, m.Allowed, m.Refused, m.Errors)
 				case m.Errors > 0:
@@ -225,6 +227,7 @@ func TestFlagsRefuseBadInput(t *testing.T) {
 		{"-shapes", "log-1,nope"},
 		{"extra"},
 		{"-rounds", "0"},
+		{"-redis-rounds", "0"},
 	} {
 		if code := run(context.Background(), args, io.Discard, io.Discard); code != 2 {
 			t.Errorf("run(%q) = %d, want 2 (usage)", args, code)

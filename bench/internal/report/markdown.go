@@ -32,12 +32,19 @@ func (r *Run) writeConditions(b *strings.Builder) {
 		m.CPU, m.CPUs, m.GOMAXPROCS, m.OS, m.Arch, m.Go, m.Redis)
 	fmt.Fprintf(b, "- Load average (1, 5, 15 min) before: `%s`; after: `%s`.\n", m.LoadBefore, m.LoadAfter)
 	fmt.Fprintf(b, "- Command: `%s`\n", r.Command)
-	fmt.Fprintf(b, "- Each measurement: closed loop of c workers, %s of warm-up then %s measured, over a population of %d clients; the contenders of a shape run back to back at each concurrency, in alternating order.\n",
-		r.Warmup, r.perPoint(), r.Population)
+	fmt.Fprintf(b, "- Each measurement: closed loop of c workers, %s of warm-up then %s measured, over a population of %d clients; the contenders of a shape run back to back at each concurrency, in alternating order, %s.\n",
+		r.Warmup, r.perPoint(), r.Population, r.roundsText())
 	fmt.Fprintf(b, "- Clients: sluice and the plain script on rueidis as sluice's redis.New builds it (auto-pipelined, a few connections); redis_rate on go-redis with %s.\n", r.GoRedisPool)
 	for _, n := range r.Notes {
 		fmt.Fprintf(b, "- %s\n", n)
 	}
+}
+
+func (r *Run) roundsText() string {
+	if r.RedisRounds > 1 {
+		return fmt.Sprintf("%d rounds of each, of which each contender's median (by decisions/s) is shown", r.RedisRounds)
+	}
+	return "once"
 }
 
 func (r *Run) writeTargets(b *strings.Builder) {

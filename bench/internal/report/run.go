@@ -28,7 +28,10 @@ type Run struct {
 	Duration    Duration `json:"duration"`
 	Ops         int64    `json:"ops,omitempty"`
 	Concurrency []int    `json:"concurrency"`
-	Population  int      `json:"population"`
+	// RedisRounds is how many times each contender ran at each
+	// concurrency; the median round (by decisions/s) is kept.
+	RedisRounds int `json:"redis_rounds,omitempty"`
+	Population  int `json:"population"`
 	// GoRedisPool describes redis_rate's connection pool.
 	GoRedisPool string        `json:"goredis_pool"`
 	Redis       []Measurement `json:"redis"`
@@ -65,6 +68,8 @@ type Measurement struct {
 	Contender   string `json:"contender"`
 	Sluice      bool   `json:"sluice"`
 	Concurrency int    `json:"concurrency"`
+	// Rounds is how many rounds this is the median of.
+	Rounds int `json:"rounds,omitempty"`
 
 	Ops        int64   `json:"ops"`
 	Allowed    int64   `json:"allowed"`
