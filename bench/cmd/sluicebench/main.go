@@ -306,18 +306,38 @@ func measureRounds(ctx context.Context, srv *server.Server, env *suite.Env, o *o
 	}
 	var out []report.Measurement
 	for _, ct := range shape.Contenders {
-		ms := rounds[ct.Name]
-		slices.SortFunc(ms, func(a, b report.Measurement) int { return cmp.Compare(a.PerSecond, b.PerSecond) })
-		m := ms[len(ms)/2]
-		m.Rounds = len(ms)
-		for _, x := range ms { // a failure in any round fails the run
-			if x.Errors > 0 && m.Errors == 0 {
-				m.Errors, m.FirstError = x.Errors, x.FirstError
-			}
-		}
-		out = append(out, m)
+		out = append(out, median(rounds[ct.Name]))
 	}
 	return out, nil
+}
+
+// median returns the median round by decisions/s among the rounds that
+// saw no error, with the number of rounds and of failed rounds; when every
+// round failed, the first, errors and all.
+func median(ms []report.Measurement) report.Measurement {
+	var clean []report.Measurement
+	for _, m := range ms {
+		if m.Errors == 0 {
+			clean = append(clean, m)
+		}
+	}
+	if len(clean) == 0 {
+		m := ms[0]
+		m.Rounds, m.FailedRounds = len(ms), len(ms)
+		return m
+	}
+	slices.SortFunc(clean, func(a, b report.Measurement) int { return cmp.Compare(a.PerSecond, b.PerSecond) })
+	m := clean[len(clean)/2]
+	m.Rounds, m.FailedRounds = len(ms), len(ms)-len(clean)
+	if m.FailedRounds > 0 {
+		for _, x := range ms {
+			if x.Errors > 0 {
+				m.FirstError = fmt.Sprintf("round set aside after %d errors: %s", x.Errors, x.FirstError)
+				break
+			}
+		}
+	}
+	return m
 }
 
 // measureOne measures contender ct on shape at concurrency c, from an

@@ -130,6 +130,9 @@ func (r *Run) writeAll(b *strings.Builder) {
 					continue
 				}
 				errs := fmt.Sprint(m.Errors)
+				if m.FailedRounds > 0 && m.Errors == 0 {
+					errs = fmt.Sprintf("0 (%d of %d rounds set aside)", m.FailedRounds, m.Rounds)
+				}
 				if m.FirstError != "" {
 					errs += " (" + strings.ReplaceAll(m.FirstError, "|", "/") + ")"
 				}

@@ -68,8 +68,11 @@ type Measurement struct {
 	Contender   string `json:"contender"`
 	Sluice      bool   `json:"sluice"`
 	Concurrency int    `json:"concurrency"`
-	// Rounds is how many rounds this is the median of.
-	Rounds int `json:"rounds,omitempty"`
+	// Rounds is how many rounds ran; FailedRounds how many of them saw an
+	// error and were set aside (FirstError then says why). The
+	// measurement is the median of the others.
+	Rounds       int `json:"rounds,omitempty"`
+	FailedRounds int `json:"failed_rounds,omitempty"`
 
 	Ops        int64   `json:"ops"`
 	Allowed    int64   `json:"allowed"`

@@ -62,6 +62,9 @@ func limiterConfig() app.Config {
 		HMACSecret:   Secret,
 		InstanceID:   "sluicebench",
 		StoreTimeout: callTimeout,
+		// A probe that waits on a busy machine must not open the breaker:
+		// the measurement is of the shared store's decisions.
+		ProbeTimeout: callTimeout,
 		Profiles: []app.ProfileConfig{
 			{Name: "hot", Family: domain.FamilyRead, Routes: []string{routeHot},
 				Windows: app.WindowsConfig{IP: []app.WindowConfig{wc(hotWindow)}}},
