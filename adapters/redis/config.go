@@ -2,7 +2,10 @@ package redis
 
 import (
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -203,10 +206,31 @@ func (c Config) validate(haveClient bool) error {
 	}
 	if c.URL != "" {
 		if _, err := rueidis.ParseURL(c.URL); err != nil {
-			return &domain.ConfigError{Field: "redis.url", Reason: "not a redis URL", Err: err}
+			return urlError(c.URL, err)
 		}
 	}
 	return nil
+}
+
+// urlError is the ConfigError of a URL that does not parse. The parser's
+// error quotes the whole URL, password included, and boot errors go to
+// logs: only the reason is kept, and any trace of the URL's user
+// information is cut out of it.
+func urlError(raw string, err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	msg := err.Error()
+	if _, rest, ok := strings.Cut(raw, "://"); ok {
+		if userinfo, _, ok := strings.Cut(rest, "@"); ok && userinfo != "" {
+			msg = strings.ReplaceAll(msg, userinfo, "[redacted]")
+			if _, pw, ok := strings.Cut(userinfo, ":"); ok && pw != "" {
+				msg = strings.ReplaceAll(msg, pw, "[redacted]")
+			}
+		}
+	}
+	return &domain.ConfigError{Field: "redis.url", Reason: "not a redis URL: " + msg}
 }
 
 // timeout returns Timeout or its default.
@@ -233,7 +257,7 @@ func (c Config) clientOption() (rueidis.ClientOption, error) {
 	if c.URL != "" {
 		var err error
 		if opt, err = rueidis.ParseURL(c.URL); err != nil {
-			return opt, &domain.ConfigError{Field: "redis.url", Reason: "not a redis URL", Err: err}
+			return opt, urlError(c.URL, err)
 		}
 	} else {
 		opt.InitAddress = append([]string(nil), c.Addrs...)
