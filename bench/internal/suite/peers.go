@@ -58,7 +58,7 @@ var plainLua string
 
 // plainScript is plain.lua on the very client sluice's store uses (built
 // by redis.New with the same options), so that only the script differs.
-func plainScript(sets func(*Population) [][]domain.Limit) Contender {
+func plainScript(sets keyset) Contender {
 	return Contender{Name: "plain script", Open: func(_ context.Context, env *Env, _ int) (load.Worker, func() error, error) {
 		st, err := newStore(env)
 		if err != nil {

@@ -27,7 +27,8 @@ var (
 	hotWindow = domain.Window{Name: domain.WindowBurst, Limit: 50, Period: time.Second, Algorithm: domain.GCRA}
 )
 
-// routeKey is the route key of the bare stores' keys (a profile's name).
+// routeKey is the route key of the bare stores' keys: the name of the
+// Limiter's nine-window profile, so that both use the very same keys.
 const routeKey = "bench"
 
 // Identity is one client of the population: its raw identities, as a

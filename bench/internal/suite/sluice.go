@@ -21,7 +21,7 @@ func newStore(env *Env) (*redis.Store, error) {
 }
 
 // sluiceStore is sluice's Redis store alone: one Evaluate per request.
-func sluiceStore(sets func(*Population) [][]domain.Limit) Contender {
+func sluiceStore(sets keyset) Contender {
 	return Contender{Name: "sluice store", Sluice: true, Open: func(_ context.Context, env *Env, _ int) (load.Worker, func() error, error) {
 		st, err := newStore(env)
 		if err != nil {
@@ -68,7 +68,7 @@ func limiterConfig() app.Config {
 		Profiles: []app.ProfileConfig{
 			{Name: "hot", Family: domain.FamilyRead, Routes: []string{routeHot},
 				Windows: app.WindowsConfig{IP: []app.WindowConfig{wc(hotWindow)}}},
-			{Name: "nine", Family: domain.FamilyRead, Routes: []string{routeNine},
+			{Name: routeKey, Family: domain.FamilyRead, Routes: []string{routeNine},
 				Windows: app.WindowsConfig{IP: pair, User: pair, APIKey: pair, Tenant: pair, TenantGlobal: pair[1:]}},
 		},
 		// The caller passes the limit (burstLog's) on every call.

@@ -66,25 +66,13 @@ type Shape struct {
 
 // Shapes returns every shape, in report order.
 func Shapes() []Shape {
-	one := func(p *Population) [][]domain.Limit {
-		return each(p, func(id *Identity) []domain.Limit { return limits(id.One, burstLog) })
-	}
-	oneGCRA := func(p *Population) [][]domain.Limit {
-		return each(p, func(id *Identity) []domain.Limit { return limits(id.One, burstGCRA) })
-	}
+	one := perClient(func(id *Identity) []string { return id.One }, burstLog)
+	oneGCRA := perClient(func(id *Identity) []string { return id.One }, burstGCRA)
+	dual := perClient(func(id *Identity) []string { return id.Dual }, burstLog)
+	dualGCRA := perClient(func(id *Identity) []string { return id.Dual }, burstGCRA)
+	nine := perClient(func(id *Identity) []string { return id.Nine }, nineWindows(burstLog, sustainedLog)...)
+	nineGCRA := perClient(func(id *Identity) []string { return id.Nine }, nineWindows(burstGCRA, sustainedGCR)...)
 	hot := func(p *Population) [][]domain.Limit { return [][]domain.Limit{limits(p.Hot.One, hotWindow)} }
-	dual := func(p *Population) [][]domain.Limit {
-		return each(p, func(id *Identity) []domain.Limit { return limits(id.Dual, burstLog) })
-	}
-	dualGCRA := func(p *Population) [][]domain.Limit {
-		return each(p, func(id *Identity) []domain.Limit { return limits(id.Dual, burstGCRA) })
-	}
-	nine := func(p *Population) [][]domain.Limit {
-		return each(p, func(id *Identity) []domain.Limit { return nineLimits(id.Nine, burstLog, sustainedLog) })
-	}
-	nineGCRA := func(p *Population) [][]domain.Limit {
-		return each(p, func(id *Identity) []domain.Limit { return nineLimits(id.Nine, burstGCRA, sustainedGCR) })
-	}
 	return []Shape{
 		{Name: "gcra-1", Title: "1 key, GCRA", Keys: 1, Contenders: []Contender{
 			sluiceStore(oneGCRA), redisRate(false),
@@ -110,19 +98,24 @@ func Shapes() []Shape {
 	}
 }
 
-// each builds one request's limits per client.
-func each(p *Population, f func(*Identity) []domain.Limit) [][]domain.Limit {
-	out := make([][]domain.Limit, len(p.Clients))
-	for i := range p.Clients {
-		out[i] = f(&p.Clients[i])
+// keyset builds one request's limits per client.
+type keyset func(p *Population) [][]domain.Limit
+
+// perClient is the keyset of the keys pick chooses, under windows (see
+// limits).
+func perClient(pick func(*Identity) []string, windows ...domain.Window) keyset {
+	return func(p *Population) [][]domain.Limit {
+		out := make([][]domain.Limit, len(p.Clients))
+		for i := range p.Clients {
+			out[i] = limits(pick(&p.Clients[i]), windows...)
+		}
+		return out
 	}
-	return out
 }
 
-// nineLimits gives the nine keys their windows: burst and sustained per
-// dimension, then the tenant-global sustained window.
-func nineLimits(keys []string, burst, sustained domain.Window) []domain.Limit {
-	out := limits(keys, burst, sustained)
-	out[len(out)-1].Window = sustained
-	return out
+// nineWindows are the windows of the nine keys, in Identity.Nine's order:
+// burst and sustained per dimension, then the tenant-global sustained
+// window.
+func nineWindows(burst, sustained domain.Window) []domain.Window {
+	return []domain.Window{burst, sustained, burst, sustained, burst, sustained, burst, sustained, sustained}
 }
