@@ -27,12 +27,36 @@ deps:
 ## tests start their own redis-server processes on loopback ports (or use
 ## REDIS_URL / REDIS_CLUSTER_ADDRS); with CI=true a missing Redis fails.
 ## A first pass, built without the race detector (which allocates on its
-## own), runs the allocation tests and every benchmark once, so that none
-## rots; then everything runs under the race detector.
+## own and makes sync.Pool drop objects at random), runs the allocation
+## tests, the tests that need a race-free build (named ...NoRace) and every
+## benchmark once, so that none rots; then everything runs under the race
+## detector; then every fuzz target for a few seconds (fuzz-smoke); then
+## the bench module's smoke test (bench-smoke).
 test: deps
-	$(GO) test -count=1 -run 'Allocs' -bench . -benchtime 1x -timeout 5m $(PKGS)
+	$(GO) test -count=1 -run 'Allocs|NoRace' -bench . -benchtime 1x -timeout 5m $(PKGS)
 	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
-	$(MAKE) bench-smoke
+	$(MAKE) --no-print-directory fuzz-smoke
+	$(MAKE) --no-print-directory bench-smoke
+
+## fuzz-smoke: run every fuzz target for FUZZTIME (default 3s) beyond its
+## committed seed corpus (testdata/fuzz/<FuzzName>/, which plain `go test`
+## runs too). `go test -fuzz` takes one package and one target at a time.
+## A crash is written to the package's testdata/fuzz: commit it, it becomes
+## a regression test.
+FUZZTIME ?= 3s
+FUZZ      = $(GO) test -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 10s
+.PHONY: fuzz-smoke
+fuzz-smoke:
+	$(FUZZ) -fuzz '^FuzzValidateRoute$$' ./domain
+	$(FUZZ) -fuzz '^FuzzNormaliseIdentifier$$' ./domain
+	$(FUZZ) -fuzz '^FuzzParseClientIP$$' ./domain
+	$(FUZZ) -fuzz '^FuzzNormaliseIP$$' ./domain
+	$(FUZZ) -fuzz '^FuzzParseConfig$$' ./app
+	$(FUZZ) -fuzz '^FuzzEvaluate$$' ./app
+	$(FUZZ) -fuzz '^FuzzDecode$$' ./adapters/redis
+	$(FUZZ) -fuzz '^FuzzClientIP$$' ./adapters/httpmw
+	$(FUZZ) -fuzz '^FuzzForwardedRoundTrip$$' ./adapters/httpmw
+	$(FUZZ) -fuzz '^FuzzRefusalHeaders$$' ./adapters/httpmw
 
 ## bench: sluice side by side with its peers (bench/, its own module, so
 ## the peers stay out of go.mod): starts a private redis-server, drives

@@ -14,8 +14,10 @@ import (
 	"github.com/sluicehq/sluice/ports"
 )
 
-// TestMain stops the redis-server processes the harness started.
-func TestMain(m *testing.M) { redistest.Main(m) }
+// TestMain stops the redis-server processes the harness started, then
+// fails the binary if any goroutine outlives the tests (the health loop,
+// the local store's sweeper, a Redis client).
+func TestMain(m *testing.M) { redistest.MainLeakFree(m) }
 
 // backend is a primary store the integration tests run on, with a way to
 // take it down and bring it back.

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/domain"
 	"github.com/sluicehq/sluice/ports/fakeclock"
 )
@@ -134,6 +135,38 @@ func TestProbeOnce(t *testing.T) {
 	assert.Equal(t, domain.Recovering, st)
 	st, _ = r.l.ProbeOnce(context.Background())
 	assert.Equal(t, domain.Healthy, st, "clearing_probes: 2")
+}
+
+// slowProber answers, after moving the fake clock by delay.
+type slowProber struct {
+	clock *fakeclock.Clock
+	delay time.Duration
+}
+
+func (p *slowProber) Probe(context.Context) error {
+	p.clock.Advance(p.delay)
+	return nil
+}
+
+// TestSlowProbeFails is the regression test of a drill's finding: a Redis
+// slower than the store deadline but still answering PING let the breaker
+// close after three probes, then open again on the next decisions'
+// timeouts, over and over. A probe slower than the deadline now fails.
+func TestSlowProbeFails(t *testing.T) {
+	prober := &slowProber{}
+	r := newRigProber(t, testConfig(), newFaulty(conformance.NewReferenceStore()), prober, conformance.NewReferenceStore())
+	prober.clock = r.clock
+	prober.delay = r.l.Config().StoreTimeout + time.Millisecond
+	st, err := r.l.ProbeOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, domain.Degraded, st, "answered, but too slowly for a decision")
+	for range 5 {
+		st, _ = r.l.ProbeOnce(context.Background())
+	}
+	assert.Equal(t, domain.Degraded, st, "a store that stays slow keeps the breaker open")
+	prober.delay = r.l.Config().StoreTimeout
+	st, _ = r.l.ProbeOnce(context.Background())
+	assert.Equal(t, domain.Recovering, st, "within the deadline, the probe is good again")
 }
 
 // TestDefaultProberPeeksTheStore: without a Prober the loop peeks a

@@ -95,6 +95,10 @@ func NormaliseIdentifier(raw string) (string, error) {
 	}
 	if lower {
 		id = strings.ToLower(id)
+		// Lower-casing may lengthen a string ('Ⱥ' is 2 bytes, 'ⱥ' 3).
+		if len(id) > MaxIdentifierLen {
+			return "", &ContextError{Cause: CauseDimensionInvalid, Detail: "identifier too long"}
+		}
 	}
 	return id, nil
 }

@@ -237,3 +237,16 @@ func assertCause(t *testing.T, err error, want Cause) {
 		t.Fatalf("err %v does not carry ErrInvalidContext / %s", err, CodeInvalidContext)
 	}
 }
+
+// TestNormaliseIdentifierBoundsTheLowerCasedForm: lower-casing may
+// lengthen an e-mail-like identifier ('Ⱥ' U+023A becomes 'ⱥ' U+2C65, 2 → 3
+// bytes); the bound holds for what is counted, not only for what came in.
+func TestNormaliseIdentifierBoundsTheLowerCasedForm(t *testing.T) {
+	raw := "@" + strings.Repeat("\u023a", (MaxIdentifierLen-1)/2) // 255 bytes in, 382 once lower-cased
+	if len(raw) > MaxIdentifierLen {
+		t.Fatalf("the input itself is over the bound: %d bytes", len(raw))
+	}
+	if _, err := NormaliseIdentifier(raw); err == nil {
+		t.Fatal("an identifier over the bound once lower-cased was accepted")
+	}
+}

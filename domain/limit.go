@@ -106,14 +106,11 @@ type Result struct {
 // NewResult aggregates the per-limit statuses of one request, in request
 // order, into a Result: Allowed, Limiting, Remaining, RetryAfter and
 // ResetAfter follow the rules documented on Result's fields. It panics on
-// more than MaxLimits statuses, a request no store accepts.
-func NewResult(statuses []LimitStatus) Result {
-	var r Result
+// more than MaxLimits statuses, a request no store accepts. It is small
+// enough to be inlined, so that a store builds its Result in place.
+func NewResult(statuses []LimitStatus) (r Result) {
 	r.n = copy(r.perLimit[:], statuses)
-	if r.n != len(statuses) {
-		panic(fmt.Sprintf("domain.NewResult: %d statuses, at most %d", len(statuses), MaxLimits))
-	}
-	r.finish()
+	r.finish(len(statuses))
 	return r
 }
 
@@ -124,8 +121,11 @@ func (r *Result) Statuses() []LimitStatus { return r.perLimit[:r.n] }
 func (r Result) Status(i int) LimitStatus { return r.perLimit[:r.n][i] }
 
 // finish fills Allowed, Limiting, Remaining, RetryAfter and ResetAfter from
-// perLimit[:n].
-func (r *Result) finish() {
+// perLimit[:n], once n statuses of want were copied.
+func (r *Result) finish(want int) {
+	if r.n != want {
+		panic(fmt.Sprintf("domain.NewResult: %d statuses, at most %d", want, MaxLimits))
+	}
 	r.Allowed = true
 	r.Limiting, r.RetryAfter, r.Remaining, r.ResetAfter = 0, 0, 0, 0
 	if r.n == 0 {

@@ -24,11 +24,17 @@ import (
 // service's Check limited to 2 calls a minute per client address. A
 // service builds it from its YAML file (app.LoadConfig) and
 // RATE_LIMIT_HMAC_SECRET, on Redis (adapters/redis).
-func exampleLimiter() *app.Limiter {
+func exampleLimiter() (lim *app.Limiter, stop func()) {
 	primary, _ := local.New(local.Config{})
 	fallback, _ := local.New(local.Config{})
+	stop = func() {
+		lim.Close()
+		primary.Close()
+		fallback.Close()
+	}
 	burst := app.WindowsConfig{IP: []app.WindowConfig{{Name: "burst", Limit: 2, Period: time.Minute}}}
-	lim, err := app.New(app.Config{
+	var err error
+	lim, err = app.New(app.Config{
 		HMACSecret: app.Secret(strings.Repeat("5e", 32)), // example only: never hard-code a secret
 		Profiles: []app.ProfileConfig{
 			{Name: "health", Family: domain.FamilyRead, Routes: []string{"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/List"}, Windows: burst},
@@ -38,14 +44,14 @@ func exampleLimiter() *app.Limiter {
 	if err != nil {
 		panic(err)
 	}
-	return lim
+	return lim, stop
 }
 
 // The README's gRPC server example: interceptors on the server, the boot
 // check over every registered method.
 func Example() {
-	lim := exampleLimiter()
-	defer lim.Close()
+	lim, stop := exampleLimiter()
+	defer stop()
 
 	rl, err := grpcmw.New(lim, grpcmw.Config{})
 	if err != nil {

@@ -26,7 +26,7 @@ import (
 	"github.com/sluicehq/sluice/ports/recordertest"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) { redistest.MainLeakFree(m) }
 
 // testConfig loads testdata/sluice.yaml with a fresh secret, so that tests
 // sharing a Redis server never share a key.

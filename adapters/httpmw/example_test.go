@@ -20,10 +20,16 @@ import (
 // "users", limiting GET /api/v1/users/{id} to 2 requests a minute per
 // client address. A service builds it from its YAML file (app.LoadConfig)
 // and RATE_LIMIT_HMAC_SECRET, on Redis (adapters/redis).
-func exampleLimiter() *app.Limiter {
+func exampleLimiter() (lim *app.Limiter, stop func()) {
 	primary, _ := local.New(local.Config{})
 	fallback, _ := local.New(local.Config{})
-	lim, err := app.New(app.Config{
+	stop = func() {
+		lim.Close()
+		primary.Close()
+		fallback.Close()
+	}
+	var err error
+	lim, err = app.New(app.Config{
 		HMACSecret: app.Secret(strings.Repeat("5e", 32)), // example only: never hard-code a secret
 		Profiles: []app.ProfileConfig{{
 			Name: "users", Family: domain.FamilyRead, Routes: []string{"GET /api/v1/users/{id}"},
@@ -33,7 +39,7 @@ func exampleLimiter() *app.Limiter {
 	if err != nil {
 		panic(err)
 	}
-	return lim
+	return lim, stop
 }
 
 // get requests url and prints the status and the RateLimit field.
@@ -49,8 +55,8 @@ func get(url string) {
 // The README's ServeMux example: the middleware wraps the whole mux, the
 // boot check makes sure every pattern has a profile.
 func Example() {
-	lim := exampleLimiter()
-	defer lim.Close()
+	lim, stop := exampleLimiter()
+	defer stop()
 
 	mux := httpmw.NewServeMux()
 	mux.HandleFunc("GET /api/v1/users/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -82,8 +88,8 @@ func Example() {
 // reads the pattern from chi's routing context. chi.Walk lists the routes
 // for the boot check.
 func Example_chi() {
-	lim := exampleLimiter()
-	defer lim.Close()
+	lim, stop := exampleLimiter()
+	defer stop()
 
 	limit, err := httpmw.New(lim, httpmw.Config{
 		Route: func(r *http.Request) string {

@@ -25,7 +25,7 @@ import (
 	"github.com/sluicehq/sluice/ports/recordertest"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) { redistest.MainLeakFree(m) }
 
 // freshSecret returns a random HMAC secret: every Limiter of these tests
 // counts on keys of its own, even on a Redis server shared by the binary.

@@ -36,14 +36,15 @@ func TestEvaluateAllocs(t *testing.T) {
 				Cost:   1,
 			}
 		}
-		// Warm up until every key is resident in ristretto (its Sets are
-		// asynchronous), then measure.
+		// Warm up until every key is in ristretto's cache (its Sets are
+		// asynchronous) and every log at its steady size, then measure.
 		for range 1000 {
 			if _, err := s.Evaluate(ctx, now, limits); err != nil {
 				t.Fatal(err)
 			}
 			now = now.Add(time.Millisecond)
 		}
+		s.Wait()
 		allocs := testing.AllocsPerRun(500, func() {
 			now = now.Add(time.Microsecond)
 			if _, err := s.Evaluate(ctx, now, limits); err != nil {

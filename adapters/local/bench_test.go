@@ -10,6 +10,13 @@ import (
 	"github.com/sluicehq/sluice/domain"
 )
 
+// The benchmark shapes, shared with the comparisons against other limiters
+// (bench/): a store holding benchKeys keys, one of which each decision
+// checks, or the nine keys of sluice's largest decision (four dimensions
+// times two windows plus the tenant-global key); both algorithms; one
+// goroutine, or GOMAXPROCS goroutines on keys of their own.
+const benchKeys = 10_000
+
 // benchWindows are the windows the benchmarks run: limits and steps chosen
 // so that the steady state is an allowed decision (the common case) with a
 // sliding log of about ten units, and so that now advances by 100µs per
@@ -24,12 +31,29 @@ var benchWindows = []struct {
 	{"gcra", gcra(10, time.Millisecond), 100 * time.Microsecond},
 }
 
-// benchLimits returns n limits on distinct keys under w, with prefix
-// setting one goroutine's keys apart.
-func benchLimits(prefix string, n int, w domain.Window) []domain.Limit {
+func benchKey(i int) string { return fmt.Sprintf("rl:{tenant}:user:%05d:route:burst", i) }
+
+// benchStore returns a store holding benchKeys keys under w, every one in
+// ristretto's cache.
+func benchStore(b *testing.B, w domain.Window) *Store {
+	st := newStore(b, Config{})
+	l := []domain.Limit{lim("", w, 1)}
+	for i := range benchKeys {
+		l[0].Key = benchKey(i)
+		if _, err := st.Evaluate(b.Context(), t0, l); err != nil {
+			b.Fatal(err)
+		}
+	}
+	st.Wait()
+	return st
+}
+
+// benchLimits returns the limits of one decision: n keys of the store's
+// benchKeys, starting at key first.
+func benchLimits(first, n int, w domain.Window) []domain.Limit {
 	limits := make([]domain.Limit, n)
 	for i := range limits {
-		limits[i] = lim(fmt.Sprintf("rl:{tenant}:%s:dim%d:route:burst", prefix, i), w, 1)
+		limits[i] = lim(benchKey((first+i*1117)%benchKeys), w, 1)
 	}
 	return limits
 }
@@ -37,17 +61,18 @@ func benchLimits(prefix string, n int, w domain.Window) []domain.Limit {
 func benchEvaluate(b *testing.B, keys int) {
 	for _, bw := range benchWindows {
 		b.Run(bw.name+"/serial", func(b *testing.B) {
-			st := newStore(b, Config{})
-			limits := benchLimits("serial", keys, bw.w)
+			st := benchStore(b, bw.w)
+			limits := benchLimits(4242, keys, bw.w)
 			ctx := b.Context()
 			now := t0
-			// Warm up: the keys' Sets land in ristretto, so the loop
-			// measures the steady state (a cache hit).
+			// Warm up: the keys' entries are in the cache and their logs
+			// grown to their steady size, so the loop measures the steady
+			// state.
 			for range 100 {
 				now = now.Add(bw.step)
 				_, _ = st.Evaluate(ctx, now, limits)
 			}
-			st.cache.Wait()
+			st.Wait()
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
@@ -59,15 +84,15 @@ func benchEvaluate(b *testing.B, keys int) {
 			}
 		})
 		b.Run(bw.name+"/parallel", func(b *testing.B) {
-			st := newStore(b, Config{})
+			st := benchStore(b, bw.w)
 			ctx := b.Context()
 			var worker atomic.Int64
 			b.ReportAllocs()
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
-				// One set of keys per goroutine: distinct users hitting
-				// the store at once.
-				limits := benchLimits(fmt.Sprint("g", worker.Add(1)), keys, bw.w)
+				// Keys of its own per goroutine: distinct users hitting the
+				// store at once.
+				limits := benchLimits(int(worker.Add(1))*keys, keys, bw.w)
 				now := t0
 				for pb.Next() {
 					now = now.Add(bw.step)
@@ -81,21 +106,19 @@ func benchEvaluate(b *testing.B, keys int) {
 	}
 }
 
-// BenchmarkEvaluate1Key measures a one-key decision on a cached key.
+// BenchmarkEvaluate1Key measures a one-key decision on one of 10k keys.
 func BenchmarkEvaluate1Key(b *testing.B) { benchEvaluate(b, 1) }
 
 // BenchmarkEvaluate9Keys measures the largest decision sluice sends: four
 // dimensions times two windows plus the tenant-global key.
 func BenchmarkEvaluate9Keys(b *testing.B) { benchEvaluate(b, 9) }
 
-// BenchmarkPeek1Key measures a one-key Peek on a cached key.
+// BenchmarkPeek1Key measures a one-key Peek on one of 10k keys.
 func BenchmarkPeek1Key(b *testing.B) {
-	st := newStore(b, Config{})
-	limits := benchLimits("peek", 1, gcra(10, time.Second))
+	w := gcra(10, time.Second)
+	st := benchStore(b, w)
+	limits := benchLimits(4242, 1, w)
 	ctx := b.Context()
-	_, _ = st.Evaluate(ctx, t0, limits)
-	st.cache.Wait()
-	_, _ = st.Peek(ctx, t0, limits)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := st.Peek(ctx, t0, limits); err != nil {
@@ -130,8 +153,8 @@ func BenchmarkEvaluateNewKeys(b *testing.B) {
 
 // BenchmarkBaseline is the floor the store is measured against, in the same
 // run: the domain algorithm of one key under one mutex, with no index, no
-// validation and no cache. Evaluate1Key over Baseline is the cost of being
-// a bounded, concurrent, all-or-nothing store.
+// validation, no cache and no domain.Result. Evaluate1Key over Baseline is
+// the cost of being a bounded, concurrent, all-or-nothing store.
 func BenchmarkBaseline(b *testing.B) {
 	for _, bw := range benchWindows {
 		b.Run(bw.name, func(b *testing.B) {

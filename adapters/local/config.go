@@ -7,47 +7,33 @@ import (
 	"github.com/sluicehq/sluice/domain"
 )
 
-// Defaults used for the zero values of Config.
+// Defaults used for the zero values of Config, and the smallest bound.
 const (
-	// DefaultMaxCost is the default memory bound of the cache: 64 MiB.
-	DefaultMaxCost = 64 << 20
+	// DefaultMaxMemory is the default bound of the store's footprint:
+	// 64 MiB.
+	DefaultMaxMemory = 64 << 20
+	// MinMaxMemory is the smallest MaxMemory New accepts: 2 MiB. Below it,
+	// ristretto's fixed structures (its 32768-slot write buffer alone takes
+	// 256 KiB) would leave little room for keys.
+	MinMaxMemory = 2 << 20
 	// DefaultSweepInterval is the default logical time between two sweeps
 	// of idle keys.
 	DefaultSweepInterval = time.Minute
 	// DefaultIdleGrace is how long, by default, a key's state is kept after
 	// it became trivial at the latest instant the store has seen.
 	DefaultIdleGrace = time.Minute
-	// countersPerCostByte derives NumCounters from MaxCost: ristretto
-	// recommends ten counters per entry it may hold, and an entry with a
-	// short key and no log costs about 320 bytes, hence one counter per 32
-	// bytes.
-	countersPerCostByte = 32
-	// minCounters keeps the admission sketch useful for tiny caches.
-	minCounters = 1024
-	// pendingShare is the default MaxPendingCost as a fraction of MaxCost.
-	pendingShare = 8
-	// minPendingCost keeps room for a few hundred pending entries even when
-	// MaxCost is tiny.
-	minPendingCost = 128 << 10
 )
 
 // Config configures a Store. The zero value is valid and means the
 // documented defaults.
 type Config struct {
-	// MaxCost bounds, in bytes (an estimate, see the package doc), the
-	// entries the ristretto cache holds. Zero means DefaultMaxCost.
-	MaxCost int64
-	// NumCounters is the number of ristretto's admission counters. Zero
-	// derives it from MaxCost: one counter per 32 bytes (about ten per
-	// entry, as ristretto recommends), at least 1024.
-	NumCounters int64
-	// MaxPendingCost bounds, in bytes (the same estimate), the entries held
-	// outside ristretto: those whose Set is not yet visible, was dropped or
-	// refused, and live entries ristretto evicted. When it is exceeded the
-	// oldest pending entry is forgotten (see the package doc's guarantees).
-	// The bound is split evenly across the directory's shards. Zero means
-	// MaxCost/8, at least 128 KiB.
-	MaxPendingCost int64
+	// MaxMemory bounds, in bytes, everything the store holds: the keys and
+	// their state, the index that finds them, ristretto's cache with its
+	// admission sketch and buffers, and the writes on their way to it. The
+	// package doc ("Memory") says how each part is counted and what is
+	// dropped when the bound is reached. Zero means DefaultMaxMemory; a
+	// value below MinMaxMemory is refused.
+	MaxMemory int64
 	// SweepInterval is how far the instants the store is given must advance
 	// between two sweeps of idle keys. Zero means DefaultSweepInterval; if
 	// set, it must be at least domain.MinPeriod.
@@ -59,17 +45,21 @@ type Config struct {
 	// IdleGrace never finds a live key forgotten. Zero means
 	// DefaultIdleGrace.
 	IdleGrace time.Duration
+
+	// cacheCost, when set, fixes ristretto's share of MaxMemory instead of
+	// deriving it; the rest holds the keys ristretto refuses. The package's
+	// tests use it to run with a cache that holds nothing, or a handful of
+	// keys, so that every path outside ristretto is exercised.
+	cacheCost int64
 }
 
 // Validate reports a *domain.ConfigError for a configuration New refuses.
 func (c Config) Validate() error {
 	switch {
-	case c.MaxCost < 0:
-		return &domain.ConfigError{Field: "local.max_cost", Reason: "must not be negative"}
-	case c.NumCounters < 0:
-		return &domain.ConfigError{Field: "local.num_counters", Reason: "must not be negative"}
-	case c.MaxPendingCost < 0:
-		return &domain.ConfigError{Field: "local.max_pending_cost", Reason: "must not be negative"}
+	case c.MaxMemory < 0:
+		return &domain.ConfigError{Field: "local.max_memory", Reason: "must not be negative"}
+	case c.MaxMemory > 0 && c.MaxMemory < MinMaxMemory:
+		return &domain.ConfigError{Field: "local.max_memory", Reason: fmt.Sprintf("must be at least %d bytes (2 MiB)", MinMaxMemory)}
 	case c.SweepInterval < 0:
 		return &domain.ConfigError{Field: "local.sweep_interval", Reason: "must not be negative"}
 	case c.SweepInterval > 0 && c.SweepInterval < domain.MinPeriod:
@@ -84,14 +74,8 @@ func (c Config) Validate() error {
 
 // withDefaults returns c with every zero value replaced by its default.
 func (c Config) withDefaults() Config {
-	if c.MaxCost == 0 {
-		c.MaxCost = DefaultMaxCost
-	}
-	if c.NumCounters == 0 {
-		c.NumCounters = max(c.MaxCost/countersPerCostByte, minCounters)
-	}
-	if c.MaxPendingCost == 0 {
-		c.MaxPendingCost = max(c.MaxCost/pendingShare, minPendingCost)
+	if c.MaxMemory == 0 {
+		c.MaxMemory = DefaultMaxMemory
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = DefaultSweepInterval
@@ -111,7 +95,8 @@ type options struct {
 
 // WithCacheMetrics turns on ristretto's own metrics (hits, misses, dropped
 // and rejected Sets…), read with Store.CacheMetrics. They cost a few atomic
-// additions per call, so they are off by default.
+// additions per cache call and up to 9 MiB of MaxMemory (ristretto keeps
+// the admission time of up to 100,000 keys), so they are off by default.
 func WithCacheMetrics() Option {
 	return func(o *options) { o.cacheMetrics = true }
 }

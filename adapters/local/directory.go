@@ -3,152 +3,274 @@ package local
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dgraph-io/ristretto/v2"
+
+	"github.com/sluicehq/sluice/domain"
 )
 
-// numShards splits the directory so that creating entries, and sweeping
-// them, contends on one shard in 64.
-const numShards = 64
-
-// Set back-off, counted in directory lookups of the key.
+// The directory is split in shards by the top bits of a key's hash, so that
+// creating, offering and sweeping entries contends on one shard in 64.
 const (
-	// maxBackoff caps the wait after repeated refusals: a key ristretto
-	// keeps refusing is offered again every maxBackoff lookups.
-	maxBackoff = 1024
-	// inflightRetry re-offers an entry whose accepted Set never became
-	// visible (a concurrent sweep's Del can remove it without a callback).
-	inflightRetry = 64
+	shardBits = 6
+	numShards = 1 << shardBits
 )
 
-// shard is one part of the directory: every entry with state whose key
-// hashes to it, and the list of those held outside ristretto.
+// maxBackoff caps the wait after repeated refusals, in accesses of the key:
+// a key ristretto keeps refusing is offered again every maxBackoff accesses.
+const maxBackoff = 1024
+
+// shard is one part of the directory: the table of its entries, the list
+// of those held outside ristretto, and the Dels it waits for.
 type shard struct {
+	tab atomic.Pointer[table] // read without the lock
+
 	mu sync.Mutex
-	m  map[string]*entry
-	// The pending list, oldest first, and its estimated bytes.
-	head, tail   *entry
-	pendingLen   int
-	pendingBytes int64
-	_            [64]byte // keep neighbouring shards' locks off one cache line
+	// Guarded by mu.
+	closed  bool
+	cached  int      // entries inCache
+	pending int      // entries pending
+	dels    []*entry // entries whose Del waits for the sweeper
+	_       [64]byte // keep neighbouring shards' locks off one cache line
 }
 
-func (s *Store) shardOf(key string) *shard {
-	return &s.shards[s.hash(key)%numShards]
+// lru is the store's list of the pending entries it may forget, least
+// recently used first: the bound costs the keys no longer in use first.
+// Its lock is taken inside a shard lock, never the other way round.
+type lru struct {
+	mu         sync.Mutex
+	head, tail *entry
 }
 
-// lookup finds key's entry in the directory, after the cache missed it (or
-// held a dead entry), creating it when create is set. It returns nil only
-// when create is false and the key has no state.
-func (s *Store) lookup(key string, create bool) *entry {
-	sh := s.shardOf(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.m[key]
-	if e == nil {
-		if !create {
-			return nil
-		}
-		// A copy, so that an entry never pins a caller's larger buffer and
-		// its cost estimate counts what it holds.
-		key = strings.Clone(key)
-		e = &entry{key: key}
-		sh.m[key] = e
-		s.offer(sh, e, e.costLocked()) // no one else can hold e yet
-		return e
-	}
-	// The cache does not hold e (or holds something else under its key).
-	e.mu.Lock()
-	e.resident = false
-	cost := e.costLocked()
-	e.mu.Unlock()
-	e.misses++
-	switch {
-	case (!e.inflight && e.misses >= e.backoff) || e.misses >= inflightRetry:
-		s.offer(sh, e, cost)
-	case !e.inflight:
-		s.park(sh, e, cost)
-	}
-	return e
-}
-
-// offer hands e to ristretto. An accepted Set takes e off the pending list:
-// ristretto either admits it or reports it through displaced. A dropped Set
-// parks it. Called with e's shard lock held: Set never blocks, so
-// ristretto's callbacks, which take shard locks, cannot wait on it.
-func (s *Store) offer(sh *shard, e *entry, cost int64) {
-	e.misses = 0
-	e.inflight = s.cache.Set(e.key, e, cost)
-	if e.inflight {
-		unpark(sh, e)
-		return
-	}
-	s.stats.setsDropped.Add(1)
-	e.backoff = min(max(2*e.backoff, 1), maxBackoff)
-	s.park(sh, e, cost)
-}
-
-// park links e at the tail of its shard's pending list, or refreshes its
-// cost if it is there already, then forgets the oldest pending entries
-// while the shard holds more than its share of MaxPendingCost. e itself is
-// never forgotten here: the caller is about to use it. Called with the shard
-// lock held.
-func (s *Store) park(sh *shard, e *entry, cost int64) {
-	if e.pending {
-		sh.pendingBytes += cost - e.pendCost
-		e.pendCost = cost
+func (l *lru) push(e *entry) {
+	l.mu.Lock()
+	e.listed, e.prev, e.next = true, l.tail, nil
+	if l.tail != nil {
+		l.tail.next = e
 	} else {
-		e.pending, e.pendCost = true, cost
-		e.prev, e.next = sh.tail, nil
-		if sh.tail != nil {
-			sh.tail.next = e
-		} else {
-			sh.head = e
-		}
-		sh.tail = e
-		sh.pendingLen++
-		sh.pendingBytes += cost
+		l.head = e
 	}
-	for sh.pendingBytes > s.pendingCap && sh.head != e {
-		s.forget(sh, sh.head)
-	}
+	l.tail = e
+	l.mu.Unlock()
 }
 
-// unpark unlinks e from its shard's pending list. Called with the shard
-// lock held.
-func unpark(sh *shard, e *entry) {
-	if !e.pending {
-		return
-	}
+func (l *lru) remove(e *entry) {
+	l.mu.Lock()
+	l.removeLocked(e)
+	l.mu.Unlock()
+}
+
+func (l *lru) removeLocked(e *entry) {
 	if e.prev != nil {
 		e.prev.next = e.next
 	} else {
-		sh.head = e.next
+		l.head = e.next
 	}
 	if e.next != nil {
 		e.next.prev = e.prev
 	} else {
-		sh.tail = e.prev
+		l.tail = e.prev
 	}
-	e.prev, e.next, e.pending = nil, nil, false
-	sh.pendingLen--
-	sh.pendingBytes -= e.pendCost
-	e.pendCost = 0
+	e.listed, e.prev, e.next = false, nil, nil
 }
 
-// forget removes e from the directory and marks it dead, counting a loss of
-// state unless e was idle. Called with the shard lock held.
-func (s *Store) forget(sh *shard, e *entry) {
-	unpark(sh, e)
+// touch moves a listed e to the tail.
+func (l *lru) touch(e *entry) {
+	l.mu.Lock()
+	if e.listed && l.tail != e {
+		l.removeLocked(e)
+		e.listed, e.prev = true, l.tail
+		l.tail.next = e
+		l.tail = e
+	}
+	l.mu.Unlock()
+}
+
+func (l *lru) first() *entry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.head
+}
+
+func (s *Store) shardOf(h uint64) *shard { return &s.shards[shardIndex(h)] }
+
+func shardIndex(h uint64) int { return int(h >> (64 - shardBits)) }
+
+// load finds key's entry without a lock: the decision path. It may miss an
+// entry being created, or return one being forgotten; the caller then
+// takes the slow path (lookup).
+func (s *Store) load(h uint64, key string) *entry {
+	return s.shardOf(h).tab.Load().find(h, key)
+}
+
+// lookup finds l's entry under its shard lock, creating it when create is
+// set; it records the access of an entry held outside ristretto. It
+// returns nil only when create is false and the key has no state, and
+// errClosed once Close began. It never forgets an entry, so that a
+// decision's entries stay alive until it locks them: the decision trims
+// once it is done (settle).
+func (s *Store) lookup(h uint64, l *domain.Limit, create bool) (*entry, error) {
+	sh := s.shardOf(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.closed {
+		return nil, errClosed
+	}
+	t := sh.tab.Load()
+	if e := t.find(h, l.Key); e != nil {
+		s.touchLocked(sh, e)
+		return e, nil
+	}
+	if !create {
+		return nil, nil
+	}
+	// A copy, so that an entry never pins a caller's larger buffer and its
+	// size estimate counts what it holds.
+	e := &entry{key: strings.Clone(l.Key), hash: h, id: s.nextID.Add(1)}
+	if l.Window.Algorithm == domain.SlidingLog {
+		e.logCover = baseLogEntries
+	}
+	s.park(sh, e, e.sizeLocked()) // no one else can hold e yet
+	sh.tab.Store(t.insert(e))
+	s.offer(sh, e)
+	return e, nil
+}
+
+// touchLocked records an access to e that did not find it in ristretto's
+// cache: a pending entry moves to the back of the store's list of pending
+// entries, and is offered to ristretto again once its back-off has passed.
+// Called with the shard lock held.
+func (s *Store) touchLocked(sh *shard, e *entry) {
+	if e.state != pending {
+		return
+	}
+	if e.listed {
+		s.lru.touch(e)
+	}
+	if e.slot || e.delQueued {
+		return
+	}
+	e.misses++
+	if e.misses > e.backoff {
+		s.offer(sh, e)
+	}
+}
+
+// offer hands a pending e to ristretto when the writes on their way to it
+// leave room; otherwise e stays pending, to be offered at a later access.
+// An accepted Set takes e off the pending list; ristretto then either
+// admits it or refuses it (admitting, displaced). Called with e's shard
+// lock held: Set never blocks, so ristretto's callbacks, which take shard
+// locks, cannot wait on it.
+func (s *Store) offer(sh *shard, e *entry) {
+	e.misses = 0
+	c := e.charge + itemBytes
+	if sh.closed || s.inflight.Load() >= maxInflightSets ||
+		s.inflightBytes.Load() > 0 && s.inflightBytes.Load()+c > s.inflightCap.Load() {
+		return
+	}
+	if !s.cache.Set(e.key, e, 0) { // cost 0: ristretto asks admitting
+		// Its buffer was full: not expected, since the store bounds what it
+		// puts there (maxInflightSets, delBatch).
+		s.stats.setsDropped.Add(1)
+		e.backoff = grow(e.backoff)
+		return
+	}
+	s.unpark(sh, e)
+	e.state, e.charge = inFlight, c
+	s.outBytes.Add(c)
+	s.inflightBytes.Add(c)
+	s.inflight.Add(1)
+}
+
+func grow(backoff int32) int32 { return min(max(2*backoff, 1), maxBackoff) }
+
+// park makes e pending, of the given size: counted against the share of
+// keys held outside ristretto, and listed last in the store's list of
+// entries it may forget, unless a slot in ristretto or a queued Del holds
+// it. Called with the shard lock held.
+func (s *Store) park(sh *shard, e *entry, size int64) {
+	e.state, e.charge = pending, size
+	s.outBytes.Add(size)
+	sh.pending++
+	if forgettable(e) {
+		s.lru.push(e)
+	}
+}
+
+// unpark uncounts a pending e and takes it off the list. Called with the
+// shard lock held.
+func (s *Store) unpark(sh *shard, e *entry) {
+	if e.listed {
+		s.lru.remove(e)
+	}
+	sh.pending--
+	s.outBytes.Add(-e.charge)
+	e.charge = 0
+}
+
+// relist lists a pending e once neither a slot in ristretto nor a queued
+// Del holds it any more. Called with the shard lock held.
+func (s *Store) relist(e *entry) {
+	if forgettable(e) && !e.listed {
+		s.lru.push(e)
+	}
+}
+
+// forget removes a pending e from the directory and marks it dead,
+// counting a loss of state unless e was idle. With ifIdle, it does so only
+// if e is idle, checked in the same critical section that marks it dead: a
+// decision that commits on e in between keeps its units. e must hold no
+// slot in ristretto and have no Del queued: until then the directory keeps
+// the key's entry, so that no newer entry of the key can meet the old one
+// in ristretto. Called with the shard lock held.
+func (s *Store) forget(sh *shard, e *entry, ifIdle bool) {
 	e.mu.Lock()
 	idle := s.idle(e)
+	if ifIdle && !idle {
+		e.mu.Unlock()
+		return
+	}
 	e.dead = true
+	e.resetLocked() // release a log's array: no one reads a dead entry
 	e.mu.Unlock()
-	delete(sh.m, e.key)
+	s.unpark(sh, e)
+	sh.tab.Store(sh.tab.Load().remove(e))
+	e.state = forgotten
 	if idle {
 		s.stats.expired.Add(1)
 	} else {
 		s.stats.dropped.Add(1)
+	}
+}
+
+// forgettable reports whether e may leave the directory now.
+func forgettable(e *entry) bool { return e.state == pending && !e.slot && !e.delQueued }
+
+// over reports whether the keys held outside ristretto exceed their share.
+func (s *Store) over() bool { return s.outBytes.Load() > s.outCap.Load() }
+
+// trim forgets the least recently used pending entries while the keys held
+// outside ristretto exceed their share. Called without any lock: each
+// candidate is locked with its shard, and forgotten only if it is still
+// first.
+func (s *Store) trim() {
+	for s.over() {
+		e := s.lru.first()
+		if e == nil {
+			return
+		}
+		sh := s.shardOf(e.hash)
+		sh.mu.Lock()
+		closed := sh.closed
+		if !closed && e.listed && s.lru.first() == e {
+			s.forget(sh, e, false)
+		}
+		sh.mu.Unlock()
+		if closed {
+			return
+		}
 	}
 }
 
@@ -164,142 +286,238 @@ func (s *Store) idle(e *entry) bool {
 	return e.idleLocked(hw - s.grace)
 }
 
-// settle records that a Get found e in ristretto: e leaves the pending list
-// and its back-off restarts. Called without any lock, after the decision
-// that saw the hit.
-func (s *Store) settle(e *entry) {
-	sh := s.shardOf(e.key)
-	sh.mu.Lock()
-	e.mu.Lock()
-	resident := e.resident && !e.dead
-	e.mu.Unlock()
-	// resident may have been cleared meanwhile by an eviction: e then stays
-	// pending.
-	if resident {
-		e.inflight, e.misses, e.backoff = false, 0, 0
-		unpark(sh, e)
+// admitting is ristretto's Cost function: ristretto calls it from its own
+// goroutine when it takes one of the store's Sets from its buffer, just
+// before it decides whether to admit it. The entry's size moves from the
+// writes on their way to ristretto's cost; a refusal follows at once
+// (displaced), an admission is silent. When ristretto holds more keys
+// than ever before, the shares are worked out again (plan.shares), and the
+// keys held outside ristretto trimmed to their new share.
+func (s *Store) admitting(e *entry) int64 {
+	size, reshared := s.admit(e)
+	if reshared {
+		s.trim()
 	}
-	sh.mu.Unlock()
+	return size
 }
 
-// recost tells ristretto (or the pending list) that e's sliding log has
-// outgrown its cost estimate. Called without any lock.
-func (s *Store) recost(e *entry) {
-	sh := s.shardOf(e.key)
+func (s *Store) admit(e *entry) (size int64, reshared bool) {
+	sh := s.shardOf(e.hash)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	e.mu.Lock()
-	dead, resident, cost := e.dead, e.resident, e.costLocked()
-	e.mu.Unlock()
-	switch {
-	case dead:
-	case resident:
-		// An update of a present key is applied at once and never refused.
-		s.offer(sh, e, cost)
-	case e.inflight:
-		// The Set in flight carries the old cost; the first hit after it
-		// lands makes the entry resident, and the next doubling reports.
-	default:
-		s.park(sh, e, cost)
+	size = e.sizeLocked()
+	if e.state != inFlight || s.closing.Load() {
+		e.mu.Unlock()
+		return size, false
 	}
+	e.cached = true
+	e.mu.Unlock()
+	s.outBytes.Add(-e.charge)
+	s.inflightBytes.Add(-e.charge)
+	s.inflight.Add(-1)
+	e.state, e.slot, e.charge, e.backoff = inCache, true, 0, 0
+	sh.cached++
+	if n := s.slots.Add(1); n > s.peakSlots.Load() {
+		s.peakSlots.Store(n) // only this goroutine raises it
+		s.rebudget()
+		return size, true
+	}
+	return size, false
 }
 
-// displaced is ristretto's OnEvict and OnReject: the cache gave e up (or
-// never took it). A live e stays in the directory, pending; an idle one is
+// rebudget applies the shares of MaxMemory for the current reservation.
+func (s *Store) rebudget() {
+	cache, out := s.plan.shares(s.peakSlots.Load())
+	s.outCap.Store(out)
+	s.inflightCap.Store(out / 2)
+	s.cache.UpdateMaxCost(cache)
+}
+
+// rejected and evicted are ristretto's OnReject and OnEvict.
+func (s *Store) rejected(item *ristretto.Item[*entry]) { s.displaced(item.Value, true) }
+func (s *Store) evicted(item *ristretto.Item[*entry])  { s.displaced(item.Value, false) }
+
+// displaced handles ristretto giving e up: refused at admission, or
+// evicted. A live entry stays in the directory, pending; an idle one is
 // forgotten. Ristretto calls it from its own goroutine with none of its
 // locks held, except during Close, when it is ignored.
-func (s *Store) displaced(item *ristretto.Item[*entry], rejected bool) {
-	e := item.Value
+func (s *Store) displaced(e *entry, refused bool) {
 	if e == nil || s.closing.Load() {
-		return
+		return // nil: a Del of the sweeper's took it out first
 	}
-	if rejected {
-		s.stats.rejected.Add(1)
-	} else {
-		s.stats.evicted.Add(1)
-	}
-	sh := s.shardOf(e.key)
+	sh := s.shardOf(e.hash)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if sh.m[e.key] != e {
-		return // already forgotten
+	if e.slot {
+		if refused {
+			s.stats.rejected.Add(1)
+			e.backoff = grow(e.backoff)
+		} else {
+			s.stats.evicted.Add(1)
+		}
+		s.leave(sh, e)
 	}
-	e.mu.Lock()
-	if rejected && e.resident {
-		// A second Set of an entry ristretto already holds is refused as a
-		// duplicate; the entry stays where it is.
-		e.mu.Unlock()
-		e.inflight = false
-		return
-	}
-	e.resident = false
-	idle := s.idle(e)
-	cost := e.costLocked()
-	e.mu.Unlock()
-	e.inflight = false
-	if rejected {
-		e.backoff = min(max(2*e.backoff, 1), maxBackoff)
-	}
-	if idle {
-		s.forget(sh, e)
-		return
-	}
-	s.park(sh, e, cost)
+	sh.mu.Unlock()
+	s.trim()
 }
 
-// sweep forgets every idle entry, one shard at a time, and returns how many
-// it forgot. It takes the store's life lock per shard, so Close waits for at
-// most one shard.
-func (s *Store) sweep() int {
-	var forgotten int
-	var gone []string
+// leave records that ristretto no longer holds e: its slot is free, and an
+// entry counted in the cache goes back to the pending list, or is
+// forgotten if idle. Called with the shard lock held.
+func (s *Store) leave(sh *shard, e *entry) {
+	if e.slot {
+		e.slot = false
+		s.slots.Add(-1)
+	}
+	if e.state != inCache {
+		if e.state == pending {
+			s.relist(e)
+		}
+		return
+	}
+	sh.cached--
+	e.mu.Lock()
+	e.cached = false
+	size := e.sizeLocked()
+	e.mu.Unlock()
+	s.park(sh, e, size)
+	if forgettable(e) {
+		s.forget(sh, e, true)
+	}
+}
+
+// recostLocked records that e's sliding log outgrew its size estimate. The
+// bytes counted for a pending entry, or one on its way, grow; an entry
+// ristretto holds leaves the cache (a Del, by the sweeper) to be admitted
+// again at its new size, evicting what ristretto must. Called with the
+// shard lock held.
+func (s *Store) recostLocked(sh *shard, e *entry) {
+	e.mu.Lock()
+	size := e.sizeLocked()
+	e.mu.Unlock()
+	switch e.state {
+	case pending:
+		s.outBytes.Add(size - e.charge)
+		e.charge = size
+	case inFlight:
+		d := size + itemBytes - e.charge
+		s.outBytes.Add(d)
+		s.inflightBytes.Add(d)
+		e.charge += d
+	case inCache:
+		sh.cached--
+		e.mu.Lock()
+		e.cached = false
+		e.mu.Unlock()
+		s.park(sh, e, size)
+		s.queueDel(sh, e)
+	}
+}
+
+// queueDel asks the sweeper to take e's key out of ristretto. Called with
+// the shard lock held.
+func (s *Store) queueDel(sh *shard, e *entry) {
+	if e.delQueued {
+		return
+	}
+	e.delQueued = true
+	sh.dels = append(sh.dels, e)
+	select {
+	case s.delWake <- struct{}{}:
+	default: // already due
+	}
+}
+
+// sweep forgets every idle entry. It first lets the writes on their way
+// to ristretto land, so that it sees every entry where it settled. An idle
+// entry ristretto holds is forgotten once the sweeper's Del took it out of
+// the cache. Each shard is locked in turn; decisions on keys found without
+// the lock never wait for it.
+func (s *Store) sweep() {
+	s.sweepMu.Lock()
+	defer s.sweepMu.Unlock()
+	s.Wait()
 	for i := range s.shards {
 		select {
 		case <-s.stop:
-			return forgotten
+			return
 		default:
 		}
-		s.life.RLock()
-		if s.closed.Load() {
-			s.life.RUnlock()
-			return forgotten
-		}
 		sh := &s.shards[i]
-		gone = gone[:0]
 		sh.mu.Lock()
-		var n int
-		for key, e := range sh.m {
+		if sh.closed {
+			sh.mu.Unlock()
+			return
+		}
+		sh.tab.Load().each(func(e *entry) {
+			if e.state != pending && e.state != inCache || e.delQueued {
+				return
+			}
 			e.mu.Lock()
-			if !s.idle(e) {
-				e.mu.Unlock()
-				continue
-			}
-			e.dead = true
-			if e.resident || e.inflight {
-				gone = append(gone, key)
-			}
+			idle := s.idle(e)
 			e.mu.Unlock()
-			unpark(sh, e)
-			delete(sh.m, key)
-			n++
-		}
-		// Counted under the lock, so that Stats never sees an entry gone
-		// and not yet counted.
-		s.stats.expired.Add(uint64(n))
+			switch {
+			case !idle:
+			case e.state == inCache:
+				s.queueDel(sh, e)
+			case forgettable(e):
+				s.forget(sh, e, true)
+			}
+		})
 		sh.mu.Unlock()
-		forgotten += n
-		// Del may block on ristretto's buffer, so it runs without a shard
-		// lock. It may remove a newer entry of the same key from the cache;
-		// that entry is still in the directory and is offered again.
-		for _, key := range gone {
-			s.cache.Del(key)
-		}
-		s.life.RUnlock()
+		s.processDels(i)
 	}
-	return forgotten
 }
 
-// sweeper runs sweep whenever observe wakes it, until Close.
+// processDels takes the entries queued in shard i's Dels out of
+// ristretto, in batches it waits for (a Del may wait for room in
+// ristretto's buffer, so only the sweeper calls it, holding sweepMu and no
+// shard lock), then settles each one.
+func (s *Store) processDels(i int) {
+	sh := &s.shards[i]
+	sh.mu.Lock()
+	dels := sh.dels
+	sh.dels = nil
+	sh.mu.Unlock()
+	for len(dels) > 0 {
+		batch := dels[:min(len(dels), delBatch)]
+		dels = dels[len(batch):]
+		s.rw.RLock()
+		if s.closed.Load() {
+			s.rw.RUnlock()
+			return
+		}
+		for _, e := range batch {
+			s.cache.Del(e.key)
+		}
+		s.cache.Wait()
+		s.rw.RUnlock()
+		sh.mu.Lock()
+		for _, e := range batch {
+			s.delDone(sh, e)
+		}
+		sh.mu.Unlock()
+	}
+	s.trim()
+}
+
+// delDone settles e once ristretto applied the Del of its key: its slot
+// is free, and an entry still counted in the cache goes back to pending,
+// or is forgotten if idle. Called with the shard lock held.
+func (s *Store) delDone(sh *shard, e *entry) {
+	e.delQueued = false
+	if sh.closed || e.state == forgotten {
+		return
+	}
+	s.leave(sh, e)
+	s.relist(e)
+	if forgettable(e) {
+		s.forget(sh, e, true)
+	}
+}
+
+// sweeper runs sweep whenever observe wakes it, and the queued Dels
+// whenever a grown log asks, until Close.
 func (s *Store) sweeper() {
 	defer close(s.sweepDone)
 	for {
@@ -308,6 +526,12 @@ func (s *Store) sweeper() {
 			return
 		case <-s.wake:
 			s.sweep()
+		case <-s.delWake:
+			s.sweepMu.Lock()
+			for i := range s.shards {
+				s.processDels(i)
+			}
+			s.sweepMu.Unlock()
 		}
 	}
 }

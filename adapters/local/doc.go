@@ -1,5 +1,6 @@
 // Package local is the in-process sluice store: a ports.Store that keeps its
-// counting state in memory, bounded by github.com/dgraph-io/ristretto/v2.
+// counting state in memory, within one bound (Config.MaxMemory), with
+// github.com/dgraph-io/ristretto/v2 deciding which keys are worth keeping.
 //
 // It serves the degraded "local" action of a route family (ADR-002's
 // LocalDualLimiter), single-instance deployments and tests. Its semantics are
@@ -12,37 +13,39 @@
 //
 // The counting state of one key lives in one entry: a mutex and the key's
 // domain.LogState or domain.GCRAState. A decision mutates the entry in place,
-// under its mutex, so the value ristretto holds (a pointer to the entry) never
-// changes while the key is in use. Two indexes point at entries:
+// under its mutex. Every entry is in the directory, a table sharded 64 ways
+// that decisions read without a lock: a decision on a known key is a hash, a
+// few atomic loads, the entry's lock, the check and the commit, with no
+// allocation and no write to memory shared with other keys (but the latest
+// instant seen, at most once a millisecond). A new entry is created only
+// under its shard's lock, after the directory said the key had none, so a
+// key never has two entries at once. An entry leaves the directory only
+// under its shard lock, marked dead under its own lock first (an idle entry
+// only if it is still idle then); a decision that finds a dead entry looks
+// the key up again. Every unit of cost is therefore counted on the one live
+// entry of its key.
 //
-//   - the ristretto cache, the fast path: a decision on a key it holds is a
-//     Get, a lock, the check and the commit, with no Set and no allocation;
-//   - the directory, a sharded map owned by the store that holds every entry
-//     with state, whether or not ristretto holds it too. A new entry is
-//     created only under the directory's shard lock, after the directory said
-//     the key had none, so a key never has two entries at once.
+// Ristretto holds most entries too, and its policy decides which stay: it
+// admits a new key only if its TinyLFU frequency sketch rates it above the
+// keys it would evict (so a flood of keys used once does not push out the
+// keys in use), and evicts the least used when it needs room. The store
+// reports to the sketch the first four accesses of a key, then one in
+// thirty-two (enough for the relative frequencies the policy compares, at
+// a fraction of a cache lookup per decision).
 //
-// An entry leaves the directory only under its shard lock and its own lock,
-// and is marked dead as it leaves; a decision that finds a dead entry in the
-// cache looks the key up again in the directory. Every unit of cost is
-// therefore counted on the one live entry of its key.
-//
-// Ristretto may drop a Set (its buffer is full), apply it later (Sets are
-// asynchronous, so a Get right after a Set can miss), refuse it (TinyLFU
-// admission) or evict an entry to respect its cost bound. None of these loses
-// or forks a live key's state: the entry stays in the directory, counted as
-// pending (held outside ristretto), and is offered to ristretto again later
-// with a growing back-off. While an entry is pending, decisions on its key
-// take the slower directory path (a shard lock and a map lookup) and stay
-// exact.
+// Ristretto applies Sets later (they wait in its buffer), may refuse them
+// or evict an entry. None of these loses or forks a live key's state: an
+// entry ristretto does not hold stays in the directory, pending, and is
+// offered again at a later access with a growing back-off; decisions on it
+// take its shard's lock (the slow path) and stay exact.
 //
 // # Guarantees
 //
 //   - A key never has two live states, whatever ristretto does with its Sets
 //     and whatever the goroutines do: decisions on one key are serialised on
-//     its entry, and a decision across several keys locks every entry (in key
-//     order, so that two decisions cannot deadlock) before it checks any of
-//     them, so it is atomic and all-or-nothing.
+//     its entry, and a decision across several keys locks every entry (in
+//     creation order, so that two decisions cannot deadlock) before it
+//     checks any of them, so it is atomic and all-or-nothing.
 //   - An idle key is forgotten, which changes no answer. A key is idle once
 //     its state has been trivial (back to its full quota: domain's Idle) for
 //     Config.IdleGrace at the latest instant the store has seen (recorded
@@ -52,12 +55,9 @@
 //     than IdleGrace never admits more than a window's limit. Beyond it, or
 //     after a call with an instant far in the future, keys may be forgotten
 //     early: the store needs instants from roughly one clock.
-//   - State of a live key is lost in one case only: memory pressure. When
-//     ristretto evicts or refuses a live entry and the pending bytes of its
-//     directory shard exceed their share of Config.MaxPendingCost, the entry
-//     that became pending first is forgotten. Its key then starts again from
-//     a full quota: it can admit up to one more window's limit. Store.Stats
-//     counts such losses in Dropped.
+//   - State of a live key is lost in one case only: when the bound is
+//     reached (see Memory). While Stats().Dropped is zero, every answer the
+//     store gave was exact.
 //   - A key used with an algorithm other than the one its state was counted
 //     with is re-initialised to the new algorithm's full quota at its next
 //     consumption (Peek answers as if it had been). A change of limit or
@@ -68,24 +68,63 @@
 //
 // # Memory
 //
-// Memory is bounded by Config.MaxCost (the entries ristretto holds, each
-// costed at an estimate of its bytes: the entry, its key, its index slots in
-// the directory and in ristretto, and 24 to 48 bytes per entry a sliding log
-// may hold, at most one per commit and one per unit; a growing log reports
-// its new cost to ristretto whenever it doubles) plus
-// Config.MaxPendingCost (entries held outside ristretto) plus ristretto's
-// fixed overhead (about 2 bytes per counter of Config.NumCounters) plus the
-// entries whose Set waits in ristretto's 32768-slot buffer (transient: about
-// 10 MiB at most, right after a flood of new keys). The estimate is
-// conservative: an entry with a short key really takes about 350 bytes and
-// is costed about 540. Entries are forgotten when idle; ristretto's own TTL
-// is not used, because it runs on the wall clock while the store counts on
-// the instants it is given, and an expiry on the wall clock could drop a key
-// that is live on the store's clock.
+// Config.MaxMemory (default 64 MiB) bounds everything the store holds. Each
+// part is counted at an upper estimate of its heap bytes (allocations
+// rounded up to Go's size classes, maps at the headroom they keep after
+// growing); the package's tests check the sum against the live heap of a
+// store flooded with a million keys of up to 512 bytes. The bound is shared
+// out as follows:
 //
-// Idle entries are swept by a background goroutine, woken when the instants
-// the store sees have advanced by Config.SweepInterval since the last sweep;
-// ristretto's evictions and refusals forget idle entries as they happen.
+//   - fixed structures: ristretto's frequency sketch and its doorkeeper
+//     (4 bytes per counter, one counter per 128 bytes of MaxMemory: at most
+//     1/32 of it), its 32768-slot write buffer, its map shards and Get
+//     buffers, and the directory's shards; with WithCacheMetrics, 9 MiB
+//     more for ristretto's metrics;
+//   - ristretto's index: its item and cost maps take about 192 bytes per key
+//     and never shrink, so that much is reserved for the most keys it has
+//     ever held at once;
+//   - the keys ristretto holds, each costed at its size: the entry, its key,
+//     its directory slot and its sliding log's array (counted at twice the
+//     array's capacity, and counted again as it doubles). A key of 86 bytes
+//     costs 320 bytes with GCRA (384 with a short sliding log), 512 with
+//     its share of ristretto's index; a key of 500 bytes 736 and 928;
+//   - the keys held outside ristretto's cache, an eighth of what the first
+//     two leave: new keys whose Set waits in ristretto's buffer (with
+//     ristretto's Item; at most half of this share, so that ristretto's
+//     buffer never fills and never drops a write), keys it refused or
+//     evicted while still live, and keys whose log grew (they leave the
+//     cache, to be admitted again at their new size).
+//
+// When the bound is reached, ristretto evicts, or refuses new keys, to keep
+// its share; nothing is lost yet, as the keys it gives up are held outside.
+// When those exceed their share, the store forgets the one used least
+// recently (during a flood of new keys, the flood's own oldest keys; a key
+// in use, even one ristretto refuses, keeps moving to the back of the
+// line). A forgotten key that was idle loses
+// nothing (Stats().Expired counts it). A forgotten key that was live loses
+// its state (Stats().Dropped counts it): its next request starts from a
+// full quota, so within the window in progress it can admit up to one more
+// window's limit than it should. Nothing else is dropped: a new key is
+// always accepted and counted, and a decision never fails for lack of
+// memory. Stats().Bytes is the store's running estimate; it passes
+// MaxMemory only by the keys of the decisions under way (which are never
+// forgotten under them) and while ristretto's callbacks run.
+//
+// Entries are forgotten when idle; ristretto's own TTL is not used, because
+// it runs on the wall clock while the store counts on the instants it is
+// given, and an expiry on the wall clock could drop a key that is live on
+// the store's clock. Idle entries are swept by a background goroutine, woken
+// when the instants the store sees have advanced by Config.SweepInterval
+// since the last sweep; ristretto's evictions and refusals forget idle
+// entries as they happen. docs/runbook.md covers the memory of every store.
+//
+// # Closing
+//
+// Decisions take no store-wide lock. Every call they make to ristretto
+// happens under a shard lock or a live entry's lock; Close marks the store
+// closed, then takes every shard lock and every entry lock in turn, marking
+// them closed, before it closes ristretto. A call under way when Close began
+// has then finished, and a later one sees the mark.
 //
 // # Errors
 //

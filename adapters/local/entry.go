@@ -2,61 +2,71 @@ package local
 
 import (
 	"sync"
-	"unsafe"
 
 	"github.com/sluicehq/sluice/domain"
 )
 
-// entry is the counting state of one key. Ristretto and the directory hold
+// entry is the counting state of one key. The directory and ristretto hold
 // pointers to it; the state is mutated in place behind the pointer, so a
 // value ristretto holds never goes stale.
 type entry struct {
-	key string // immutable
+	key  string // immutable
+	hash uint64 // immutable: the key's hash under the store's seed
+	id   uint64 // immutable: creation order, the lock order of a decision
 
 	mu sync.Mutex
 	// Guarded by mu.
 	algo   domain.Algorithm // which of log and gcra holds the state
 	dead   bool             // left the directory: look the key up again
+	cached bool             // ristretto holds the entry (state == inCache)
+	hits   uint32           // decisions and peeks, for sampling (see access)
 	period int64            // period (µs) of the window last consumed under
 	log    domain.LogState
 	gcra   domain.GCRAState
-	// logCost is the entry count the cost estimate covers: twice the
-	// capacity of the log's backing array when it last outgrew the
-	// estimate, which only a reset shrinks.
-	logCost int64
-	// resident is set when a Get found the entry in ristretto, cleared when
-	// ristretto gave it up (eviction, refusal) or a Get missed it.
-	resident bool
+	// logCover is how many log entries the size estimate covers: twice
+	// the capacity of the log's backing array when it last outgrew the
+	// estimate.
+	logCover int64
 
 	// Guarded by the directory shard's lock.
-	inflight   bool  // a Set was accepted and has not resolved yet
-	misses     int32 // directory lookups since the last Set
-	backoff    int32 // directory lookups to wait before the next Set
-	pendCost   int64 // cost counted in the shard's pending bytes
-	prev, next *entry
-	pending    bool // linked in the shard's pending list
+	state     uint8 // pending, inFlight, inCache or forgotten
+	slot      bool  // ristretto's maps hold the entry (counted in Store.slots)
+	delQueued bool  // a Del of the key waits for the sweeper
+	misses    int32 // accesses while pending since the last Set
+	backoff   int32 // accesses while pending to wait before the next Set
+	// charge is what the entry counts against the share of keys held
+	// outside ristretto: its size while pending, plus ristretto's Item while
+	// in flight.
+	charge int64
+
+	// Guarded by the store's lru lock.
+	listed     bool   // in the store's list of entries it may forget
+	prev, next *entry // that list
 }
 
-// Cost estimate, in bytes, of an entry (see the package doc).
+// Where an entry is, as the directory shard records it.
 const (
-	// entryBytes is the entry itself, rounded up to its allocation class.
-	entryBytes = (int64(unsafe.Sizeof(entry{})) + 15) &^ 15
-	// indexBytes covers the slots that point at an entry beyond the one
-	// ristretto counts itself (its storeItem): the directory's map slot, the
-	// rest of ristretto's map slot and its policy's cost slot, each with the
-	// headroom a growing Go map keeps.
-	indexBytes = 192
-	// logEntryBytes is one sliding-log entry (a 16-byte timestamp and unit
-	// count) with the headroom of a slice grown by append.
-	logEntryBytes = 24
-	// baseEntries is how many log entries the first estimate covers, so
-	// that a short log never needs a cost update.
-	baseEntries = 4
+	// pending: held outside ristretto (new, refused, evicted or grown),
+	// on the shard's pending list, counted in Store.outBytes.
+	pending uint8 = iota
+	// inFlight: a Set waits in ristretto's buffer; counted in outBytes
+	// and inflightBytes until ristretto takes it (Store.admitting).
+	inFlight
+	// inCache: ristretto admitted it and counts its size.
+	inCache
+	// forgotten: out of the directory; its key starts afresh.
+	forgotten
 )
 
-// costLocked returns the entry's estimated size. Called with mu held.
-func (e *entry) costLocked() int64 {
-	return entryBytes + indexBytes + (int64(len(e.key))+15)&^15 + max(e.logCost, baseEntries)*logEntryBytes
+// sizeLocked returns the entry's estimated heap bytes: itself, its key,
+// its directory slot and its sliding log's backing array. Called with mu
+// held.
+func (e *entry) sizeLocked() int64 {
+	n := entryBytes + sizeClass(int64(len(e.key))) + dirBytes
+	if e.logCover > 0 {
+		n += sizeClass(e.logCover * logEntryBytes)
+	}
+	return n
 }
 
 // idleLocked reports whether dropping the state changes no answer at now.
@@ -89,7 +99,7 @@ func check(e *entry, l *domain.Limit, now int64) domain.LimitStatus {
 
 // commitLocked consumes l's cost at now, after check allowed it, and
 // returns the status after consumption. It reports whether a sliding log
-// outgrew its cost estimate. Called with mu held.
+// outgrew its size estimate. Called with mu held.
 func (e *entry) commitLocked(l *domain.Limit, now int64, checked domain.LimitStatus) (domain.LimitStatus, bool) {
 	w := l.Window
 	if e.algo != w.Algorithm {
@@ -102,10 +112,10 @@ func (e *entry) commitLocked(l *domain.Limit, now int64, checked domain.LimitSta
 		return e.gcra.Committed(now, w, l.Cost, checked), false
 	}
 	st := e.log.Committed(now, w, l.Cost, checked)
-	if c := int64(e.log.Cap()); c > max(e.logCost, baseEntries) {
+	if c := int64(e.log.Cap()); c > e.logCover {
 		// Cover twice the capacity: the estimate stays ahead of the log
-		// until it doubles, which bounds the cost updates to log2(limit).
-		e.logCost = 2 * c
+		// until it doubles, which bounds the updates to log2(limit).
+		e.logCover = max(2*c, baseLogEntries)
 		return st, true
 	}
 	return st, false

@@ -32,29 +32,56 @@ const hwStep = 1000
 // getBufferItems is ristretto's recommended Get buffer size.
 const getBufferItems = 64
 
+// Accesses reported to ristretto's frequency sketch, which its admission
+// and eviction policy reads: the first sampleFirst accesses of a key (what
+// tells a key used a few times from one used once), then one in
+// sampleEvery+1. Reporting every access would cost a cache lookup (two
+// hashes and a lock) per key per decision; sampling keeps the keys'
+// relative frequencies.
+const (
+	sampleFirst = 4
+	sampleEvery = 31 // a power of two, minus one
+)
+
 // Store is the in-process ports.Store. Create it with New; it is safe for
 // simultaneous use by any number of goroutines. See the package doc for its
 // guarantees.
 type Store struct {
-	cache      *ristretto.Cache[string, *entry]
-	seed       maphash.Seed
-	shards     [numShards]shard
-	pendingCap int64 // per shard
+	plan   plan
+	cache  *ristretto.Cache[string, *entry]
+	seed   maphash.Seed
+	seed2  maphash.Seed // ristretto's conflict hash
+	shards [numShards]shard
+
 	sweepEvery int64 // µs
 	grace      int64 // µs: IdleGrace
 
-	// life is held shared by every call and exclusively by Close, so that
-	// Close never pulls the cache from under a call.
-	life      sync.RWMutex
-	closed    atomic.Bool // no new call may start
-	closing   atomic.Bool // the cache is being torn down: ignore callbacks
+	closed  atomic.Bool // no new call may start
+	closing atomic.Bool // ristretto is being closed: ignore its callbacks
+	// rw is held shared around the sweeper's Dels and Wait, which may block
+	// on ristretto's buffer, and exclusively by Close. Decisions never take
+	// it: every cache call they make happens under a shard lock or a live
+	// entry's lock, which Close takes in turn (see Close).
+	rw        sync.RWMutex
 	closeOnce sync.Once
+	// sweepMu runs one sweep (or batch of Dels) at a time, so that a sweep
+	// returns with every idle key it found forgotten.
+	sweepMu sync.Mutex
 
 	hw        atomic.Int64 // latest instant seen (µs), or noInstant
 	nextSweep atomic.Int64 // instant (µs) that wakes the sweeper, or noInstant
-	wake      chan struct{}
-	stop      chan struct{}
-	sweepDone chan struct{}
+	_         [64]byte     // keep the words decisions read off the ones the slow path writes
+
+	nextID atomic.Uint64
+	// The shares of MaxMemory (see plan.shares) and what counts against
+	// them: every entry outside ristretto (outBytes), those on their way to
+	// it (inflightBytes, inflight) and the keys its maps hold (slots).
+	outCap, inflightCap               atomic.Int64
+	outBytes, inflightBytes, inflight atomic.Int64
+	slots, peakSlots                  atomic.Int64 // lru lists the pending entries the store may forget.
+	lru                               lru
+
+	wake, delWake, stop, sweepDone chan struct{}
 
 	stats struct {
 		dropped, expired, evicted, rejected, setsDropped atomic.Uint64
@@ -73,31 +100,42 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	p, err := newPlan(cfg, o)
+	if err != nil {
+		return nil, err
+	}
 	s := &Store{
+		plan:       p,
 		seed:       maphash.MakeSeed(),
-		pendingCap: max(cfg.MaxPendingCost/numShards, 1),
+		seed2:      maphash.MakeSeed(),
 		sweepEvery: int64(cfg.SweepInterval / time.Microsecond),
 		grace:      int64(cfg.IdleGrace / time.Microsecond),
 		wake:       make(chan struct{}, 1),
+		delWake:    make(chan struct{}, 1),
 		stop:       make(chan struct{}),
 		sweepDone:  make(chan struct{}),
 	}
 	s.hw.Store(noInstant)
 	s.nextSweep.Store(noInstant)
 	for i := range s.shards {
-		s.shards[i].m = make(map[string]*entry)
+		s.shards[i].tab.Store(newTable(minTableSlots))
 	}
+	cacheCost, out := p.shares(0)
+	s.outCap.Store(out)
+	s.inflightCap.Store(out / 2)
 	cache, err := ristretto.NewCache(&ristretto.Config[string, *entry]{
-		NumCounters: cfg.NumCounters,
-		MaxCost:     cfg.MaxCost,
+		NumCounters: p.counters,
+		MaxCost:     cacheCost,
 		BufferItems: getBufferItems,
 		Metrics:     o.cacheMetrics,
-		// The store compares the key held in the entry, so ristretto needs
-		// no second (conflict) hash; a per-store seed keeps crafted keys from
-		// colliding on purpose.
-		KeyToHash: func(key string) (uint64, uint64) { return s.hash(key), 0 },
-		OnEvict:   func(item *ristretto.Item[*entry]) { s.displaced(item, false) },
-		OnReject:  func(item *ristretto.Item[*entry]) { s.displaced(item, true) },
+		// The store counts every byte itself, ristretto's item included.
+		IgnoreInternalCost: true,
+		// A per-store seed keeps crafted keys from colliding on purpose; the
+		// second hash keeps two keys from ever sharing a cache slot.
+		KeyToHash: func(key string) (uint64, uint64) { return s.hash(key), maphash.String(s.seed2, key) },
+		Cost:      s.admitting,
+		OnEvict:   s.evicted,
+		OnReject:  s.rejected,
 	})
 	if err != nil {
 		return nil, &domain.ConfigError{Field: "local", Reason: "ristretto refused the configuration", Err: err}
@@ -112,60 +150,163 @@ func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 // Evaluate checks limits at now and, only if every one admits its cost,
 // consumes the cost on every key (see ports.Store).
 func (s *Store) Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
-	return s.decide(ctx, now, limits, true)
+	if len(limits) == 1 {
+		var st [1]domain.LimitStatus
+		if err := s.decide(ctx, now, limits, true, st[:]); err != nil {
+			return domain.Result{}, err
+		}
+		// NewResult is called here, not in decide: a Result is over 500
+		// bytes, and every function it is returned through copies it.
+		return domain.NewResult(st[:]), nil
+	}
+	var st [domain.MaxLimits]domain.LimitStatus
+	if err := s.decide(ctx, now, limits, true, st[:]); err != nil {
+		return domain.Result{}, err
+	}
+	return domain.NewResult(st[:len(limits)]), nil
 }
 
 // Peek answers as Evaluate would at now, consuming nothing. It creates no
 // state for keys it has not seen.
 func (s *Store) Peek(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
-	return s.decide(ctx, now, limits, false)
+	if len(limits) == 1 {
+		var st [1]domain.LimitStatus
+		if err := s.decide(ctx, now, limits, false, st[:]); err != nil {
+			return domain.Result{}, err
+		}
+		return domain.NewResult(st[:]), nil
+	}
+	var st [domain.MaxLimits]domain.LimitStatus
+	if err := s.decide(ctx, now, limits, false, st[:]); err != nil {
+		return domain.Result{}, err
+	}
+	return domain.NewResult(st[:len(limits)]), nil
+}
+
+// Follow-up work of one entry, done after the decision unlocked it.
+const (
+	afterTouch  uint8 = 1 << iota // found outside the cache without the shard lock
+	afterRecost                   // its sliding log outgrew its estimate
+	afterTrim                     // found or made under the shard lock
+)
+
+// decide is Evaluate (commit) and Peek: find every entry, lock them all,
+// check every limit, and consume on every key only if all allowed. It
+// writes the statuses, in request order, to st (at least len(limits)
+// long, once the limits are valid).
+func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit, commit bool, st []domain.LimitStatus) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("local: %w", err)
+	}
+	if n := len(limits); n <= 1 || n > domain.MaxLimits {
+		if err := domain.ValidateLimits(limits); err != nil {
+			return err
+		}
+	}
+	if len(limits) == 1 {
+		if s.closed.Load() {
+			return errClosed
+		}
+		t := now.UnixMicro()
+		s.observe(t)
+		var err error
+		st[0], err = s.decideOne(&limits[0], t, commit)
+		return err
+	}
+	var b batch
+	for i := range limits {
+		b.hash[i] = s.hash(limits[i].Key)
+	}
+	if err := validateMany(limits, &b.hash); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return errClosed
+	}
+	t := now.UnixMicro()
+	s.observe(t)
+	return s.decideMany(&b, limits, t, commit, st)
+}
+
+// validateMany checks a request of several limits as domain.ValidateLimits
+// does, without its comparison of every pair of keys (a string comparison
+// per pair, the dearest part of a nine-key decision after the algorithms):
+// each limit is checked alone by domain.ValidateLimits, and duplicate keys
+// are found by their hashes. A refusal comes from domain.ValidateLimits on
+// the whole request, so that it is the same *domain.LimitError.
+func validateMany(limits []domain.Limit, hash *[domain.MaxLimits]uint64) error {
+	for i := range limits {
+		if domain.ValidateLimits(limits[i:i+1]) != nil {
+			return domain.ValidateLimits(limits)
+		}
+		for j := range i {
+			if hash[j] == hash[i] && limits[j].Key == limits[i].Key {
+				return domain.ValidateLimits(limits)
+			}
+		}
+	}
+	return nil
+}
+
+// decideOne is decide for a single limit, the most common request: one
+// lock-free load, one lock, no batch.
+func (s *Store) decideOne(l *domain.Limit, t int64, commit bool) (domain.LimitStatus, error) {
+	h := s.hash(l.Key)
+	e := s.load(h, l.Key)
+	var after uint8
+	for {
+		if e == nil {
+			var err error
+			if e, err = s.lookup(h, l, commit); err != nil {
+				return domain.LimitStatus{}, err
+			}
+			if e == nil {
+				return check(nil, l, t), nil
+			}
+			after |= afterTrim
+		}
+		e.mu.Lock()
+		if !e.dead {
+			break
+		}
+		e.mu.Unlock()
+		e = nil
+	}
+	if !s.access(e) && after&afterTrim == 0 {
+		after |= afterTouch
+	}
+	st := check(e, l, t)
+	if commit && st.Allowed {
+		var grew bool
+		if st, grew = e.commitLocked(l, t, st); grew {
+			after |= afterRecost
+		}
+	}
+	e.mu.Unlock()
+	if after != 0 {
+		s.settle(e, after)
+	}
+	return st, nil
 }
 
 // batch is the entries of one decision, on the stack.
 type batch struct {
+	hash  [domain.MaxLimits]uint64
 	ents  [domain.MaxLimits]*entry
-	order [domain.MaxLimits]uint8 // lock order: indexes sorted by key
-	hit   [domain.MaxLimits]bool  // found in the cache rather than the directory
+	order [domain.MaxLimits]uint8 // lock order: indexes sorted by entry id
 	after [domain.MaxLimits]uint8 // follow-up work once unlocked
 }
 
-// Follow-up work of one entry, done after every entry is unlocked.
-const (
-	afterSettle uint8 = 1 << iota
-	afterRecost
-)
-
-// decide is Evaluate (commit) and Peek: find every entry, lock them all in
-// key order, check every limit, and consume on every key only if all
-// allowed.
-func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit, commit bool) (domain.Result, error) {
-	if err := ctx.Err(); err != nil {
-		return domain.Result{}, fmt.Errorf("local: %w", err)
-	}
-	if err := domain.ValidateLimits(limits); err != nil {
-		return domain.Result{}, err
-	}
-	s.life.RLock()
-	defer s.life.RUnlock()
-	if s.closed.Load() {
-		return domain.Result{}, errClosed
-	}
-	t := now.UnixMicro()
-	s.observe(t)
-
+// decideMany is decide for several limits, all or nothing; b holds their
+// hashes.
+func (s *Store) decideMany(b *batch, limits []domain.Limit, t int64, commit bool, st []domain.LimitStatus) error {
 	n := len(limits)
-	var st [domain.MaxLimits]domain.LimitStatus
-	if n == 1 {
-		st[0] = s.decideOne(&limits[0], t, commit)
-		return domain.NewResult(st[:1]), nil
-	}
-	var b batch
 	for i := range limits {
-		b.ents[i], b.hit[i] = s.find(limits[i].Key, commit)
+		b.ents[i] = s.load(b.hash[i], limits[i].Key)
 	}
-	sortByKey(&b.order, limits)
-	s.lockAll(&b, limits, commit)
-
+	if err := s.lockAll(b, limits, commit); err != nil {
+		return err
+	}
 	allowed := true
 	for i := range limits {
 		st[i] = check(b.ents[i], &limits[i], t)
@@ -174,14 +315,13 @@ func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit
 	if commit && allowed {
 		for i := range limits {
 			var grew bool
-			st[i], grew = b.ents[i].commitLocked(&limits[i], t, st[i])
-			if grew {
+			if st[i], grew = b.ents[i].commitLocked(&limits[i], t, st[i]); grew {
 				b.after[i] |= afterRecost
 			}
 		}
 	}
 	var follow bool
-	for _, i := range b.order[:n] {
+	for i := range n {
 		if e := b.ents[i]; e != nil {
 			e.mu.Unlock()
 			follow = follow || b.after[i] != 0
@@ -189,107 +329,109 @@ func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit
 	}
 	if follow {
 		for i := range n {
-			if b.after[i]&afterSettle != 0 {
-				s.settle(b.ents[i])
-			}
-			if b.after[i]&afterRecost != 0 {
-				s.recost(b.ents[i])
+			if b.after[i] != 0 {
+				s.settle(b.ents[i], b.after[i])
 			}
 		}
 	}
-	return domain.NewResult(st[:n]), nil
+	return nil
 }
 
-// decideOne is decide for a single limit, the most common request: no
-// batch, no sort, one lock.
-func (s *Store) decideOne(l *domain.Limit, t int64, commit bool) domain.LimitStatus {
-	e, hit := s.find(l.Key, commit)
-	for e != nil {
-		e.mu.Lock()
-		if !e.dead {
-			break
-		}
-		e.mu.Unlock()
-		e, hit = s.lookup(l.Key, commit), false
-	}
-	st := check(e, l, t)
-	if e == nil {
-		return st
-	}
-	settle := hit && !e.resident
-	e.resident = e.resident || hit
-	grew := false
-	if commit && st.Allowed {
-		st, grew = e.commitLocked(l, t, st)
-	}
-	e.mu.Unlock()
-	if settle {
-		s.settle(e)
-	}
-	if grew {
-		s.recost(e)
-	}
-	return st
-}
-
-// find returns key's entry and whether the cache held it. A cached entry
-// may turn out dead once locked; lockAll then looks again.
-func (s *Store) find(key string, create bool) (*entry, bool) {
-	if e, ok := s.cache.Get(key); ok && e != nil && e.key == key {
-		return e, true
-	}
-	return s.lookup(key, create), false
-}
-
-// lockAll locks the batch's entries in key order, replacing dead ones
-// (forgotten between find and lock) by a fresh directory lookup until every
-// locked entry is live.
-func (s *Store) lockAll(b *batch, limits []domain.Limit, create bool) {
+// lockAll locks the batch's entries in id order (so that two decisions
+// cannot deadlock), first looking up under their shard lock the ones the
+// lock-free load missed, and again the ones found dead once locked, until
+// every locked entry is live. Then it records the access to each.
+func (s *Store) lockAll(b *batch, limits []domain.Limit, create bool) error {
 	n := len(limits)
+	var absent, dead [domain.MaxLimits]bool
 	for {
+		for i := range n {
+			if b.ents[i] == nil && !absent[i] {
+				e, err := s.lookup(b.hash[i], &limits[i], create)
+				if err != nil {
+					return err
+				}
+				b.ents[i], absent[i] = e, e == nil
+				b.after[i] |= afterTrim
+			}
+		}
+		sortByID(&b.order, &b.ents, n)
+		live := true
 		for _, i := range b.order[:n] {
 			if e := b.ents[i]; e != nil {
 				e.mu.Lock()
-			}
-		}
-		var dead [domain.MaxLimits]bool
-		live := true
-		for i := range n {
-			if e := b.ents[i]; e != nil && e.dead {
-				dead[i], live = true, false
+				dead[i] = e.dead
+				live = live && !e.dead
 			}
 		}
 		if live {
 			break
 		}
-		for _, i := range b.order[:n] {
+		for i := range n {
 			if e := b.ents[i]; e != nil {
 				e.mu.Unlock()
-			}
-		}
-		for i := range n {
-			if dead[i] {
-				b.ents[i], b.hit[i] = s.lookup(limits[i].Key, create), false
+				if dead[i] {
+					b.ents[i] = nil
+				}
 			}
 		}
 	}
 	for i := range n {
-		if e := b.ents[i]; b.hit[i] && !e.resident {
-			e.resident = true
-			b.after[i] |= afterSettle
+		if e := b.ents[i]; e != nil && !s.access(e) && b.after[i]&afterTrim == 0 {
+			b.after[i] |= afterTouch
+		}
+	}
+	return nil
+}
+
+// sortByID fills order with 0..n-1 sorted by entry id (absent entries
+// first): an insertion sort on the stack, allocation-free for the few keys
+// of a request. Ids are unique, so every decision locks in one order.
+func sortByID(order *[domain.MaxLimits]uint8, ents *[domain.MaxLimits]*entry, n int) {
+	id := func(i uint8) uint64 {
+		if e := ents[i]; e != nil {
+			return e.id
+		}
+		return 0
+	}
+	for i := range n {
+		order[i] = uint8(i)
+		for j := i; j > 0 && id(order[j]) < id(order[j-1]); j-- {
+			order[j], order[j-1] = order[j-1], order[j]
 		}
 	}
 }
 
-// sortByKey fills order with 0..len(limits)-1 sorted by key: an insertion
-// sort on the stack, allocation-free for the few keys of a request.
-func sortByKey(order *[domain.MaxLimits]uint8, limits []domain.Limit) {
-	for i := range limits {
-		order[i] = uint8(i)
-		for j := i; j > 0 && limits[order[j]].Key < limits[order[j-1]].Key; j-- {
-			order[j], order[j-1] = order[j-1], order[j]
+// access records a decision's access to e and reports whether ristretto
+// holds e. Called with e.mu held, so that Close, which locks every entry
+// before it closes ristretto, never closes it under a Get.
+func (s *Store) access(e *entry) bool {
+	e.hits++
+	if e.hits <= sampleFirst || e.hits&sampleEvery == 0 {
+		s.cache.Get(e.key)
+	}
+	return e.cached
+}
+
+// settle does the follow-up work of one entry after a decision unlocked
+// it: record an access that missed ristretto's cache, report a grown log,
+// and trim the keys held outside ristretto back to their share.
+func (s *Store) settle(e *entry, after uint8) {
+	if after == afterTrim && !s.over() {
+		return
+	}
+	sh := s.shardOf(e.hash)
+	sh.mu.Lock()
+	if !sh.closed && e.state != forgotten {
+		if after&afterTouch != 0 {
+			s.touchLocked(sh, e)
+		}
+		if after&afterRecost != 0 {
+			s.recostLocked(sh, e)
 		}
 	}
+	sh.mu.Unlock()
+	s.trim()
 }
 
 // observe records now as the latest instant seen and wakes the sweeper when
@@ -329,53 +471,105 @@ func (s *Store) Reset(ctx context.Context, key string) error {
 	case len(key) > domain.MaxKeyLen:
 		return &domain.LimitError{Index: -1, Field: "key", Reason: fmt.Sprintf("must be at most %d bytes", domain.MaxKeyLen)}
 	}
-	s.life.RLock()
-	defer s.life.RUnlock()
 	if s.closed.Load() {
 		return errClosed
 	}
-	// The directory holds every live entry, so no cache lookup is needed.
-	sh := s.shardOf(key)
+	h := s.hash(key)
+	sh := s.shardOf(h)
 	sh.mu.Lock()
-	if e := sh.m[key]; e != nil {
+	defer sh.mu.Unlock()
+	if sh.closed {
+		return errClosed
+	}
+	if e := sh.tab.Load().find(h, key); e != nil {
 		e.mu.Lock()
 		e.resetLocked()
 		e.mu.Unlock()
 	}
-	sh.mu.Unlock()
 	return nil
+}
+
+// Wait blocks until ristretto has applied every write the store handed it
+// before the call: each key offered to its cache is then in it, or held
+// outside it again. Decisions never need it; tests and benchmarks use it
+// to reach a steady state. It returns at once after Close.
+func (s *Store) Wait() {
+	s.rw.RLock()
+	defer s.rw.RUnlock()
+	if !s.closed.Load() {
+		s.cache.Wait()
+	}
 }
 
 // Close stops the sweeper and ristretto and drops every state. Later calls
 // of any method return an error wrapping domain.ErrStoreClosed. Close is
 // idempotent and always returns nil.
+//
+// Decisions take no store-wide lock. Close marks the store closed, then
+// locks every directory shard and every entry in turn, marking them
+// closed: a call that was inside ristretto held one of those locks, so it
+// is done by then, and a later call sees the mark and returns the error.
+// Only then is ristretto closed.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
 		close(s.stop)
 		<-s.sweepDone
-		s.life.Lock()
-		defer s.life.Unlock()
+		s.rw.Lock()
+		defer s.rw.Unlock()
+		for i := range s.shards {
+			sh := &s.shards[i]
+			sh.mu.Lock()
+			sh.closed = true
+			sh.tab.Load().each(func(e *entry) {
+				e.mu.Lock()
+				e.dead = true
+				e.mu.Unlock()
+			})
+			sh.mu.Unlock()
+		}
 		s.closing.Store(true)
 		s.cache.Close()
 		for i := range s.shards {
 			sh := &s.shards[i]
 			sh.mu.Lock()
-			sh.m, sh.head, sh.tail, sh.pendingLen, sh.pendingBytes = nil, nil, nil, 0, 0
+			sh.tab.Store(newTable(minTableSlots))
+			sh.pending, sh.cached, sh.dels = 0, 0, nil
 			sh.mu.Unlock()
 		}
+		s.lru.mu.Lock()
+		s.lru.head, s.lru.tail = nil, nil
+		s.lru.mu.Unlock()
+		s.outBytes.Store(0)
+		s.inflightBytes.Store(0)
+		s.inflight.Store(0)
+		s.slots.Store(0)
 	})
 	return nil
 }
 
 // Stats is a snapshot of a Store's bookkeeping, for tests and monitoring.
 type Stats struct {
-	// Entries is the number of keys with state (in the cache or pending).
+	// Entries is the number of keys with state.
 	Entries int
-	// Pending is the number of entries held outside ristretto, and
+	// Cached is the number of entries ristretto's cache holds.
+	Cached int
+	// Pending is the number of entries held outside ristretto's cache
+	// (refused, evicted, grown, or with their Set on its way), and
 	// PendingBytes their estimated size.
 	Pending      int
 	PendingBytes int64
+	// CacheBytes is the estimated size of the entries ristretto holds.
+	CacheBytes int64
+	// ReservedBytes is what the store counts besides its entries:
+	// ristretto's fixed structures and the index of the most keys it has
+	// held at once.
+	ReservedBytes int64
+	// Bytes is ReservedBytes + CacheBytes + PendingBytes, the estimate
+	// Config.MaxMemory bounds. It may pass the bound by the entries of the
+	// decisions under way, and while ristretto's callbacks run (Store.Wait
+	// waits for them).
+	Bytes int64
 	// Dropped counts live entries forgotten under memory pressure: each one
 	// lost its key's state (see the package doc).
 	Dropped uint64
@@ -391,20 +585,25 @@ type Stats struct {
 // one after another, so the counts are each exact but not simultaneous.
 func (s *Store) Stats() Stats {
 	st := Stats{
-		Dropped:     s.stats.dropped.Load(),
-		Expired:     s.stats.expired.Load(),
-		Evicted:     s.stats.evicted.Load(),
-		Rejected:    s.stats.rejected.Load(),
-		SetsDropped: s.stats.setsDropped.Load(),
+		Dropped:       s.stats.dropped.Load(),
+		Expired:       s.stats.expired.Load(),
+		Evicted:       s.stats.evicted.Load(),
+		Rejected:      s.stats.rejected.Load(),
+		SetsDropped:   s.stats.setsDropped.Load(),
+		PendingBytes:  s.outBytes.Load(),
+		CacheBytes:    s.cache.MaxCost() - s.cache.RemainingCost(),
+		ReservedBytes: s.plan.reserved(s.peakSlots.Load()),
+		Pending:       int(s.inflight.Load()),
 	}
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		st.Entries += len(sh.m)
-		st.Pending += sh.pendingLen
-		st.PendingBytes += sh.pendingBytes
+		st.Entries += sh.tab.Load().live
+		st.Cached += sh.cached
+		st.Pending += sh.pending
 		sh.mu.Unlock()
 	}
+	st.Bytes = st.ReservedBytes + st.CacheBytes + st.PendingBytes
 	return st
 }
 

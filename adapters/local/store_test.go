@@ -368,18 +368,20 @@ func TestDoneContext(t *testing.T) {
 func TestConfig(t *testing.T) {
 	bad := []struct {
 		cfg   Config
+		opts  []Option
 		field string
 	}{
-		{Config{MaxCost: -1}, "local.max_cost"},
-		{Config{NumCounters: -1}, "local.num_counters"},
-		{Config{MaxPendingCost: -1}, "local.max_pending_cost"},
-		{Config{SweepInterval: -time.Second}, "local.sweep_interval"},
-		{Config{SweepInterval: time.Microsecond}, "local.sweep_interval"},
-		{Config{IdleGrace: -time.Second}, "local.idle_grace"},
-		{Config{IdleGrace: domain.MaxPeriod + time.Second}, "local.idle_grace"},
+		{Config{MaxMemory: -1}, nil, "local.max_memory"},
+		{Config{MaxMemory: MinMaxMemory - 1}, nil, "local.max_memory"},
+		// ristretto's metrics take 9 MiB, more than half of this bound.
+		{Config{MaxMemory: 16 << 20}, []Option{WithCacheMetrics()}, "local.max_memory"},
+		{Config{SweepInterval: -time.Second}, nil, "local.sweep_interval"},
+		{Config{SweepInterval: time.Microsecond}, nil, "local.sweep_interval"},
+		{Config{IdleGrace: -time.Second}, nil, "local.idle_grace"},
+		{Config{IdleGrace: domain.MaxPeriod + time.Second}, nil, "local.idle_grace"},
 	}
 	for _, tc := range bad {
-		_, err := New(tc.cfg)
+		_, err := New(tc.cfg, tc.opts...)
 		var ce *domain.ConfigError
 		require.ErrorAs(t, err, &ce, "%+v", tc.cfg)
 		assert.Equal(t, tc.field, ce.Field)
@@ -387,40 +389,68 @@ func TestConfig(t *testing.T) {
 	}
 
 	d := Config{}.withDefaults()
-	assert.Equal(t, int64(DefaultMaxCost), d.MaxCost)
-	assert.Equal(t, int64(DefaultMaxCost/32), d.NumCounters)
-	assert.Equal(t, int64(DefaultMaxCost/8), d.MaxPendingCost)
+	assert.Equal(t, int64(DefaultMaxMemory), d.MaxMemory)
 	assert.Equal(t, DefaultSweepInterval, d.SweepInterval)
 	assert.Equal(t, DefaultIdleGrace, d.IdleGrace)
-	tiny := Config{MaxCost: 1}.withDefaults()
-	assert.Equal(t, int64(minCounters), tiny.NumCounters)
-	assert.Equal(t, int64(minPendingCost), tiny.MaxPendingCost)
+	for _, m := range []int64{MinMaxMemory, DefaultMaxMemory, 1 << 30} {
+		p, err := newPlan(Config{MaxMemory: m}, options{})
+		require.NoError(t, err)
+		cache, out := p.shares(0)
+		assert.Equal(t, m, p.fixed+cache+out, "the shares of %d bytes", m)
+		assert.LessOrEqual(t, 4*p.counters, m/32, "the sketch of %d bytes", m)
+		// The reservation of ristretto's index comes out of the shares.
+		cache2, out2 := p.shares(1000)
+		assert.Equal(t, m, p.reserved(1000)+cache2+out2)
+	}
 }
 
-func TestCostEstimateFollowsTheLog(t *testing.T) {
-	st := newStore(t, Config{})
-	cached := func() int64 {
-		st.cache.Wait()
-		return st.cache.MaxCost() - st.cache.RemainingCost()
+func TestSizeClass(t *testing.T) {
+	for n, want := range map[int64]int64{0: 0, 1: 8, 8: 8, 9: 16, 86: 96, 500: 512, 512: 512, 513: 576, 32768: 32768, 32769: 40960} {
+		assert.Equal(t, want, sizeClass(n), "sizeClass(%d)", n)
 	}
-	// One commit of a huge cost is one log entry, not a hundred thousand.
+	assert.Equal(t, int64(0), prevPow2(0))
+	assert.Equal(t, int64(1024), prevPow2(2047))
+	assert.Equal(t, int64(2048), prevPow2(2048))
+}
+
+// TestGrownLogIsCounted checks that a sliding log's size estimate follows
+// its growth: one commit of a huge cost is one log entry, not a hundred
+// thousand; a thousand commits at distinct instants hold a thousand
+// entries, counted whether ristretto holds the key or it waits outside.
+func TestGrownLogIsCounted(t *testing.T) {
+	st := newStore(t, Config{})
+	held := func() int64 {
+		st.Wait()
+		s := st.Stats()
+		return s.CacheBytes + s.PendingBytes
+	}
 	big := []domain.Limit{lim("big", sliding(100_000, time.Hour), 100_000)}
 	_, err := st.Evaluate(t.Context(), at(0), big)
 	require.NoError(t, err)
-	_, err = st.Evaluate(t.Context(), at(0), big) // a hit: the entry settles
-	require.NoError(t, err)
-	base := cached()
+	base := held()
 	assert.Less(t, base, int64(1024))
 
-	// A thousand commits at distinct instants hold a thousand entries:
-	// the estimate follows, reported to ristretto as it doubles.
 	many := []domain.Limit{lim("many", sliding(1000, time.Hour), 1)}
 	for i := range 1000 {
 		r, err := st.Evaluate(t.Context(), at(time.Duration(i)*time.Millisecond), many)
 		require.NoError(t, err)
 		require.True(t, r.Allowed)
 	}
-	grown := cached() - base
-	assert.Greater(t, grown, int64(1000*16), "the log's growth was not reported")
-	assert.Less(t, grown, int64(3*1000*logEntryBytes))
+	grown := held() - base
+	assert.Greater(t, grown, int64(1000*logEntryBytes), "the log's growth was not counted")
+	assert.Less(t, grown, int64(4*1000*logEntryBytes))
+	r, err := st.Peek(t.Context(), at(time.Second), many)
+	require.NoError(t, err)
+	assert.False(t, r.Allowed, "the grown key lost its state")
+
+	// A grown key leaves ristretto's cache, to be admitted again at its
+	// new size: once the sweeper has taken it out, its next access offers
+	// it again.
+	st.sweep()
+	_, err = st.Peek(t.Context(), at(time.Second), many)
+	require.NoError(t, err)
+	st.Wait()
+	stats := st.Stats()
+	assert.Equal(t, 2, stats.Cached, "%+v", stats)
+	assert.Zero(t, stats.Dropped)
 }

@@ -276,6 +276,7 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 	}
 	assert.ElementsMatch(t, []string{
 		"SluiceBreakerOpen", "SluiceDegraded", "SluiceRejectionRatioSpike", "SluiceStoreLatencyAboveDeadline",
+		"SluiceBreakerFlapping",
 	}, alerts)
 }
 

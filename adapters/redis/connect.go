@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 
 	"github.com/redis/rueidis"
@@ -34,6 +35,14 @@ func connect(cfg Config, tune []func(*rueidis.ClientOption)) (rueidis.Client, *d
 	}
 	dials := newDialCounter(&copt)
 	client, err := rueidis.NewClient(copt)
+	if err != nil && authRefused(err) {
+		// Not an outage to boot through: the credentials are wrong.
+		if client != nil {
+			client.Close()
+		}
+		return nil, nil, &domain.ConfigError{Field: "redis.url", Reason: "the server refused the credentials",
+			Err: fmt.Errorf("%w: %w", domain.ErrStoreUnavailable, err)}
+	}
 	if err != nil && !(cfg.Mode == ModeStandalone && client != nil) {
 		if client != nil {
 			client.Close()
@@ -46,6 +55,18 @@ func connect(cfg Config, tune []func(*rueidis.ClientOption)) (rueidis.Client, *d
 	}
 	dials.cluster = client.Mode() == rueidis.ClientModeCluster
 	return client, dials, nil
+}
+
+// authRefused reports whether err is the server refusing the client's
+// credentials or their rights (WRONGPASS, NOAUTH, NOPERM). Such replies
+// name no password.
+func authRefused(err error) bool {
+	re, ok := rueidis.IsRedisErr(err)
+	if !ok {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "WRONGPASS") || strings.HasPrefix(msg, "NOAUTH") || strings.HasPrefix(msg, "NOPERM")
 }
 
 // dialCounter wraps the client's dialer and counts, per node address, the

@@ -7,4 +7,4 @@ import (
 )
 
 // TestMain stops the redis-server processes the harness started.
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) { redistest.MainLeakFree(m) }

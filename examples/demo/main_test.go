@@ -25,7 +25,7 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) { redistest.MainLeakFree(m) }
 
 // demoProcess is the demo built and started as a process on free ports.
 type demoProcess struct {
@@ -198,6 +198,8 @@ func TestDemoService(t *testing.T) {
 	for _, want := range []string{
 		"429 Too Many Requests", `400 Bad Request {"error":"invalid_context"}`, "ResourceExhausted",
 		"gRPC Watch: Unavailable  retry in 1s", `"user-degraded_cap"`, "202 Accepted", `"HEALTHY"`,
+		// The plans scene: a first request of a tenant on each plan.
+		`"user-burst";r=4;t=1`, `"user-burst";r=49;t=1`, `"user-burst";r=1;t=1`,
 	} {
 		assert.Contains(t, out, want)
 	}

@@ -29,7 +29,7 @@ func tourMain(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	t := &tour{ctx: ctx, base: strings.TrimRight(*base, "/"), client: &http.Client{Timeout: 10 * time.Second}, out: stdout}
 	t.grpcAddr = *grpcAddr
-	scenes := []func() error{t.burst, t.sharedTenant, t.bruteForce, t.invalidContext, t.grpc, t.outage}
+	scenes := []func() error{t.burst, t.sharedTenant, t.plans, t.bruteForce, t.invalidContext, t.grpc, t.outage}
 	for _, scene := range scenes {
 		if err := scene(); err != nil {
 			return err
@@ -117,8 +117,18 @@ func (t *tour) sharedTenant() error {
 	return nil
 }
 
+func (t *tour) plans() error {
+	t.scene("3. plans: a first request from a tenant of each plan (user burst: umbrella, on no plan, 5/s; globex on pro 50/s; initech on free 2/s)")
+	for i, tenant := range []string{"umbrella", "globex", "initech"} {
+		if _, err := t.do(i+1, "carol  GET /api/v1/search  "+tenant, "GET", "/api/v1/search", user("carol@"+tenant+".example", tenant)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (t *tour) bruteForce() error {
-	t.scene("3. login brute force from one address (ip burst: 3 per 10 s)")
+	t.scene("4. login brute force from one address (ip burst: 3 per 10 s)")
 	for i := 1; i <= 5; i++ {
 		if _, err := t.do(i, "anon   POST /api/v1/login", "POST", "/api/v1/login", nil); err != nil {
 			return err
@@ -128,7 +138,7 @@ func (t *tour) bruteForce() error {
 }
 
 func (t *tour) invalidContext() error {
-	t.scene("4. invalid context: one uniform answer, whatever the cause")
+	t.scene("5. invalid context: one uniform answer, whatever the cause")
 	rows := []struct {
 		label, method, path string
 		header              map[string]string
@@ -148,7 +158,7 @@ func (t *tour) invalidContext() error {
 // grpc calls the health service's Check until it is refused.
 func (t *tour) grpc() error {
 	t.flush()
-	fmt.Fprintf(t.out, "\n== 5. gRPC: grpc.health.v1.Health/Check (ip burst: 5 per 10 s)\n")
+	fmt.Fprintf(t.out, "\n== 6. gRPC: grpc.health.v1.Health/Check (ip burst: 5 per 10 s)\n")
 	for i := 1; i <= 6; i++ {
 		if err := t.call(i, "Check"); err != nil {
 			return err
@@ -195,7 +205,7 @@ func (t *tour) call(n int, method string) error {
 // outage drives /demo/outage (served with -dev): the degraded matrix per
 // route family, then the recovery.
 func (t *tour) outage() error {
-	t.scene("6. the store goes down (-dev's /demo/outage): each route family answers its way")
+	t.scene("7. the store goes down (-dev's /demo/outage): each route family answers its way")
 	code, err := t.do(0, "POST /demo/outage", "POST", "/demo/outage", nil)
 	if err != nil {
 		return err
@@ -219,14 +229,14 @@ func (t *tour) outage() error {
 			return err
 		}
 	}
-	// An auth method not yet used by the tour: scene 3's login refusal is
+	// An auth method not yet used by the tour: scene 4's login refusal is
 	// still running, and a refusal known to last is repeated as it is.
 	t.flush()
 	if err := t.call(len(rows)+1, "Watch"); err != nil {
 		return err
 	}
 	fmt.Fprintln(t.out, "   (Watch is an auth method: it fails closed while the store is down)")
-	t.scene("7. the store is back: RECOVERING, then HEALTHY after 3 good probes")
+	t.scene("8. the store is back: RECOVERING, then HEALTHY after 3 good probes")
 	if _, err := t.do(0, "DELETE /demo/outage", "DELETE", "/demo/outage", nil); err != nil {
 		return err
 	}

@@ -12,7 +12,7 @@ import (
 
 func TestMain(m *testing.M) {
 	lockPortChild() // exits when the binary runs as another test binary's stand-in
-	Main(m)
+	MainLeakFree(m)
 }
 
 func TestStandalone(t *testing.T) {
