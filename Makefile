@@ -8,7 +8,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Go's race detector needs cgo.
 export CGO_ENABLED := 1
 
-.PHONY: all deps test test-short bench lint cover demo tidy
+.PHONY: all deps test test-short bench bench-smoke bench-go lint cover demo tidy
 
 all: lint test
 
@@ -30,11 +30,13 @@ deps:
 ## own and makes sync.Pool drop objects at random), runs the allocation
 ## tests, the tests that need a race-free build (named ...NoRace) and every
 ## benchmark once, so that none rots; then everything runs under the race
-## detector; then every fuzz target for a few seconds (fuzz-smoke).
+## detector; then every fuzz target for a few seconds (fuzz-smoke); then
+## the bench module's smoke test (bench-smoke).
 test: deps
 	$(GO) test -count=1 -run 'Allocs|NoRace' -bench . -benchtime 1x -timeout 5m $(PKGS)
 	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
 	$(MAKE) --no-print-directory fuzz-smoke
+	$(MAKE) --no-print-directory bench-smoke
 
 ## fuzz-smoke: run every fuzz target for FUZZTIME (default 3s) beyond its
 ## committed seed corpus (testdata/fuzz/<FuzzName>/, which plain `go test`
@@ -56,8 +58,29 @@ fuzz-smoke:
 	$(FUZZ) -fuzz '^FuzzForwardedRoundTrip$$' ./adapters/httpmw
 	$(FUZZ) -fuzz '^FuzzRefusalHeaders$$' ./adapters/httpmw
 
-## bench: every benchmark, with allocations, compared within one run.
+## bench: sluice side by side with its peers (bench/, its own module, so
+## the peers stay out of go.mod): starts a private redis-server, drives
+## every shape at concurrency 1, 16, 64 and 256, runs the in-process
+## benchmarks, and rewrites docs/BENCHMARKS.md's generated block,
+## docs/bench/redis.svg and docs/bench/results.json. About 20 minutes; run
+## it on a quiet machine. BENCHFLAGS adds flags, e.g.
+## BENCHFLAGS='-duration 10s -shapes log-9,gcra-9'.
 bench: deps
+	cd bench && $(GO) run ./cmd/sluicebench -command 'make bench' \
+		-json ../docs/bench/results.json -chart ../docs/bench/redis.svg \
+		-doc ../docs/BENCHMARKS.md $(BENCHFLAGS)
+
+## bench-smoke: vet the bench module, run its benchmarks once and its
+## tests (every shape for a few hundred requests against a real Redis:
+## the outputs' form, never their speed). make test runs it.
+bench-smoke: deps
+	cd bench && $(GO) vet ./... && \
+		$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 5m ./... && \
+		$(GO) test -race -shuffle=on -count=1 -timeout 5m ./...
+
+## bench-go: every Go benchmark of the main module's packages, with
+## allocations, compared within one run.
+bench-go: deps
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 20m $(PKGS)
 
 ## demo: run the demo service (HTTP on 127.0.0.1:8080, gRPC on

@@ -1,0 +1,236 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/bench/internal/inproc"
+	"github.com/sluicehq/sluice/bench/internal/report"
+	"github.com/sluicehq/sluice/bench/internal/suite"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// TestSmoke runs every shape and every in-process benchmark briefly, as
+// `make bench` does (the tool starts its own redis-server through the
+// harness), and checks that the outputs are complete and well formed. It
+// says nothing of speed: that is read from `make bench`.
+func TestSmoke(t *testing.T) {
+	dir := t.TempDir()
+	doc := filepath.Join(dir, "docs", "BENCHMARKS.md")
+	if err := os.MkdirAll(filepath.Dir(doc), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	handWritten := "# Benchmarks\n\nWritten by hand.\n\n" + report.BeginMarker + "\nold\n" + report.EndMarker + "\n\n## Analysis\n\nAlso by hand.\n"
+	if err := os.WriteFile(doc, []byte(handWritten), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	paths := map[string]string{
+		"json": filepath.Join(dir, "docs", "bench", "results.json"),
+		"svg":  filepath.Join(dir, "docs", "bench", "redis.svg"),
+		"md":   filepath.Join(dir, "report.md"),
+	}
+	conc := []int{1, 4}
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{
+		"-ops", "200", "-warmup", "20ms", "-c", "1,4", "-benchtime", "1x", "-rounds", "2", "-redis-rounds", "2",
+		"-json", paths["json"], "-chart", paths["svg"], "-md", paths["md"], "-doc", doc,
+	}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("run = %d; stderr:\n%s", code, stderr.String())
+	}
+
+	r, err := report.Load(paths["json"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkRedis(t, r, conc)
+	checkInProcess(t, r)
+
+	md, err := os.ReadFile(paths["md"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(md, stdout.Bytes()) {
+		t.Error("the markdown file differs from what was printed")
+	}
+	checkMarkdown(t, string(md), r, conc)
+
+	svg, err := os.ReadFile(paths["svg"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSVG(t, svg, len(suite.Shapes()))
+
+	got, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, keep := range []string{"Written by hand.", "## Analysis\n\nAlso by hand.", "](bench/redis.svg)", "#### Targets"} {
+		if !strings.Contains(string(got), keep) {
+			t.Errorf("the document lost or lacks %q:\n%s", keep, got)
+		}
+	}
+	if strings.Contains(string(got), "\nold\n") {
+		t.Error("the generated block was not replaced")
+	}
+
+	// -from renders the same report from the saved run, measuring nothing.
+	stdout.Reset()
+	if code := run(context.Background(), []string{"-from", paths["json"], "-chart", paths["svg"], "-md", filepath.Join(dir, "again.md")}, &stdout, io.Discard); code != 0 {
+		t.Fatalf("run -from = %d", code)
+	}
+	if !bytes.Equal(stdout.Bytes(), md) {
+		t.Error("-from renders another report than the run that saved it")
+	}
+}
+
+func checkRedis(t *testing.T, r *report.Run, conc []int) {
+	t.Helper()
+	want := 0
+	for _, s := range suite.Shapes() {
+		for _, ct := range s.Contenders {
+			for _, c := range conc {
+				want++
+				m := find(r, s.Name, ct.Name, c)
+				if m == nil {
+					t.Errorf("%s / %s at c=%d: not measured", s.Name, ct.Name, c)
+					continue
+				}
+				switch {
+				case m.Rounds != 2:
+					t.Errorf("%s / %s at c=%d: the median of %d rounds, want 2", s.Name, ct.Name, c, m.Rounds)
+				case m.Ops < 200 || m.Allowed+m.Refused+m.Errors != m.Ops:
+					t.Errorf("%s / %s at c=%d: %d ops = %d allowed + %d refused + %d errors", s.Name, ct.Name, c, m.Ops, m.Allowed, m.Refused, m.Errors)
+				case m.Errors > 0:
+					t.Errorf("%s / %s at c=%d: %d errors, first %s", s.Name, ct.Name, c, m.Errors, m.FirstError)
+				case s.Hot && m.Refused == 0:
+					t.Errorf("%s / %s at c=%d: the hot key was never refused", s.Name, ct.Name, c)
+				case !s.Hot && m.Refused > 0:
+					t.Errorf("%s / %s at c=%d: %d refusals where no limit is reached", s.Name, ct.Name, c, m.Refused)
+				case !(m.P50 > 0 && m.P50 <= m.P99 && m.P99 <= m.P999 && m.P999 <= m.Max):
+					t.Errorf("%s / %s at c=%d: latencies p50 %v, p99 %v, p999 %v, max %v out of order", s.Name, ct.Name, c, m.P50, m.P99, m.P999, m.Max)
+				case m.PerSecond <= 0 || m.Seconds <= 0:
+					t.Errorf("%s / %s at c=%d: %v/s over %vs", s.Name, ct.Name, c, m.PerSecond, m.Seconds)
+				case !s.Hot && (m.ScriptCalls < m.Ops || m.MicrosPerCall() <= 0):
+					t.Errorf("%s / %s at c=%d: Redis counted %d script calls (%v µs each) for %d decisions", s.Name, ct.Name, c, m.ScriptCalls, m.MicrosPerCall(), m.Ops)
+				case m.ClientCPU <= 0 || m.RedisCPU < 0 || (!s.Hot && m.RedisCPU == 0):
+					t.Errorf("%s / %s at c=%d: CPU client %vµs, Redis %vµs", s.Name, ct.Name, c, m.ClientCPU, m.RedisCPU)
+				case !s.Hot && (m.DBKeys == 0 || m.KeyBytes <= 0):
+					t.Errorf("%s / %s at c=%d: %d keys of %v bytes", s.Name, ct.Name, c, m.DBKeys, m.KeyBytes)
+				}
+			}
+		}
+	}
+	if len(r.Redis) != want {
+		t.Errorf("%d measurements, want %d", len(r.Redis), want)
+	}
+	if r.Machine.Redis == "" || r.Machine.CPUs == 0 || r.Machine.LoadBefore == "" {
+		t.Errorf("machine not described: %+v", r.Machine)
+	}
+}
+
+func checkInProcess(t *testing.T, r *report.Run) {
+	t.Helper()
+	bms := inproc.Benchmarks()
+	if len(r.InProcess) != len(bms) {
+		t.Errorf("%d in-process results, want %d", len(r.InProcess), len(bms))
+	}
+	for _, b := range r.InProcess {
+		if b.N < 1 || b.NsPerOp <= 0 {
+			t.Errorf("in-process %s / %s: N %d, %v ns/op", b.Shape, b.Contender, b.N, b.NsPerOp)
+		}
+	}
+}
+
+func checkMarkdown(t *testing.T, md string, r *report.Run, conc []int) {
+	t.Helper()
+	rows := 0
+	for _, line := range strings.Split(md, "\n") {
+		for _, s := range suite.Shapes() {
+			if strings.HasPrefix(line, "| "+s.Name+" | ") {
+				rows++
+			}
+		}
+	}
+	if rows != len(r.Redis) {
+		t.Errorf("the table of every measurement has %d rows, want %d", rows, len(r.Redis))
+	}
+	targets := r.Targets()
+	for _, tg := range targets {
+		if !strings.Contains(md, "| "+tg.Name+" | ") {
+			t.Errorf("target %q missing from the report", tg.Name)
+		}
+	}
+	for _, want := range []string{"#### Targets", "#### In process", "#### Redis memory", "#### Every measurement", "![decisions/s and p99"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report lacks %q", want)
+		}
+	}
+}
+
+// checkSVG parses the chart and counts its panels' frames and lines.
+func checkSVG(t *testing.T, svg []byte, shapes int) {
+	t.Helper()
+	dec := xml.NewDecoder(bytes.NewReader(svg))
+	rects, paths := 0, 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the chart is not well-formed XML: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok {
+			switch se.Name.Local {
+			case "rect":
+				rects++
+			case "path":
+				paths++
+			}
+		}
+	}
+	if want := 1 + 2*shapes; rects != want {
+		t.Errorf("%d rects, want a background and %d panels", rects, 2*shapes)
+	}
+	lines := 0
+	for _, s := range suite.Shapes() {
+		lines += 2 * len(s.Contenders)
+	}
+	if paths != lines {
+		t.Errorf("%d lines drawn, want %d (one per contender per panel)", paths, lines)
+	}
+}
+
+func find(r *report.Run, shape, contender string, c int) *report.Measurement {
+	for i := range r.Redis {
+		m := &r.Redis[i]
+		if m.Shape == shape && m.Contender == contender && m.Concurrency == c {
+			return m
+		}
+	}
+	return nil
+}
+
+func TestFlagsRefuseBadInput(t *testing.T) {
+	for _, args := range [][]string{
+		{"-c", "1,0"},
+		{"-c", "x"},
+		{"-shapes", "log-1,nope"},
+		{"extra"},
+		{"-rounds", "0"},
+		{"-redis-rounds", "0"},
+	} {
+		if code := run(context.Background(), args, io.Discard, io.Discard); code != 2 {
+			t.Errorf("run(%q) = %d, want 2 (usage)", args, code)
+		}
+	}
+}

@@ -1,0 +1,203 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Markdown writes the report: the run's conditions, the targets, the
+// shapes side by side at RefConcurrency, every measurement, Redis' memory,
+// the in-process benchmarks and, when chart is not empty, the chart (a
+// path relative to the markdown file).
+func (r *Run) Markdown(w io.Writer, chart string) error {
+	var b strings.Builder
+	r.writeConditions(&b)
+	r.writeTargets(&b)
+	r.writeSummary(&b)
+	if chart != "" {
+		fmt.Fprintf(&b, "\n![decisions/s and p99 against concurrency, per shape and contender](%s)\n", chart)
+	}
+	r.writeInProcess(&b)
+	r.writeMemory(&b)
+	r.writeAll(&b)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (r *Run) writeConditions(b *strings.Builder) {
+	m := r.Machine
+	fmt.Fprintf(b, "### Run of %s\n\n", r.Date.UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintf(b, "- Machine: %s, %d CPUs (GOMAXPROCS %d), %s/%s, %s; Redis %s on the same machine, over loopback.\n",
+		m.CPU, m.CPUs, m.GOMAXPROCS, m.OS, m.Arch, m.Go, m.Redis)
+	fmt.Fprintf(b, "- Load average (1, 5, 15 min) before: `%s`; after: `%s`.\n", m.LoadBefore, m.LoadAfter)
+	fmt.Fprintf(b, "- Command: `%s`\n", r.Command)
+	fmt.Fprintf(b, "- Each measurement: closed loop of c workers, %s of warm-up then %s measured, over a population of %d clients; the contenders of a shape run back to back at each concurrency, in alternating order, %s.\n",
+		r.Warmup, r.perPoint(), r.Population, r.roundsText())
+	fmt.Fprintf(b, "- Clients: sluice and the plain script on rueidis as sluice's redis.New builds it (auto-pipelined, a few connections); redis_rate on go-redis with %s.\n", r.GoRedisPool)
+	for _, n := range r.Notes {
+		fmt.Fprintf(b, "- %s\n", n)
+	}
+}
+
+func (r *Run) roundsText() string {
+	if r.RedisRounds > 1 {
+		return fmt.Sprintf("%d rounds of each, of which each contender's median (by decisions/s) is shown", r.RedisRounds)
+	}
+	return "once"
+}
+
+func (r *Run) writeTargets(b *strings.Builder) {
+	b.WriteString("\n#### Targets\n\n| target | want | measured | verdict |\n|---|---|---|---|\n")
+	for _, t := range r.Targets() {
+		got := t.Got
+		if got == "" {
+			got = "–"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", t.Name, t.Want, got, t.Verdict())
+	}
+}
+
+// writeSummary is the issue's table: every shape at RefConcurrency, with
+// sluice's ratio to the shape's reference peer and Redis' cost per call.
+func (r *Run) writeSummary(b *strings.Builder) {
+	c := RefConcurrency
+	fmt.Fprintf(b, "\n#### Side by side at c=%d\n\n", c)
+	b.WriteString("| shape | contender | decisions/s | p50 | p99 | p999 | vs peer | Redis µs per call | Redis calls per decision | CPU µs per decision: client + Redis | refused |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range r.shapes() {
+		ref := r.find(s.name, s.peer(), c)
+		for _, ct := range s.contenders {
+			m := r.find(s.name, ct.name, c)
+			if m == nil {
+				continue
+			}
+			vs := "–"
+			if ct.sluice && ref != nil && ref.PerSecond > 0 {
+				vs = times(m.PerSecond/ref.PerSecond) + " " + s.peer()
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %.1f | %.3f | %.1f + %.1f | %s |\n",
+				s.title, name(ct), rate(m.PerSecond), micros(m.P50), micros(m.P99), micros(m.P999), vs,
+				m.MicrosPerCall(), m.CallsPerDecision(), m.ClientCPUPerDecision(), m.RedisCPUPerDecision(), percent(m.RefusedShare()))
+		}
+	}
+	b.WriteString("\nRedis µs per call is Redis' own time per script call (INFO commandstats, commands inside the script included); calls per decision counts every command the contender sent. CPU per decision is the processor time the client process (every worker, the client library and sluice) and Redis (INFO cpu: commands, protocol and network) used over the measurement, divided by its decisions: the two share the machine's cores, so a side that costs less leaves more to the other.\n")
+}
+
+func (r *Run) writeInProcess(b *strings.Builder) {
+	if len(r.InProcess) == 0 {
+		return
+	}
+	b.WriteString("\n#### In process (Go benchmarks)\n\n")
+	if r.InProcessRounds > 1 {
+		fmt.Fprintf(b, "Each benchmark ran %d times, round-robin with the others; the median round is shown.\n\n", r.InProcessRounds)
+	}
+	b.WriteString("| shape | contender | goroutines | ns/op | allocs/op | B/op |\n|---|---|---|---|---|---|\n")
+	for _, ip := range r.InProcess {
+		g := "1"
+		if ip.Parallel {
+			g = fmt.Sprintf("%d (RunParallel)", r.Machine.GOMAXPROCS)
+		}
+		n := ip.Contender
+		if ip.Sluice {
+			n = "**" + n + "**"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %d | %d |\n", ip.Shape, n, g, nanos(ip.NsPerOp), ip.AllocsPerOp, ip.BytesPerOp)
+	}
+}
+
+func (r *Run) writeMemory(b *strings.Builder) {
+	c := RefConcurrency
+	fmt.Fprintf(b, "\n#### Redis memory after the c=%d measurement\n\n", c)
+	b.WriteString("| shape | contender | keys | bytes per key (MEMORY USAGE) | used_memory over the empty server's |\n|---|---|---|---|---|\n")
+	for _, s := range r.shapes() {
+		for _, ct := range s.contenders {
+			if m := r.find(s.name, ct.name, c); m != nil {
+				fmt.Fprintf(b, "| %s | %s | %d | %.0f | %s |\n", s.title, name(ct), m.DBKeys, m.KeyBytes, byteSize(m.UsedMemory))
+			}
+		}
+	}
+	b.WriteString("\nKeys expire with their windows, so the count is what one window of traffic leaves; the Limiter's refusal cache and pseudonyms live in process and are not counted.\n")
+}
+
+func (r *Run) writeAll(b *strings.Builder) {
+	b.WriteString("\n#### Every measurement\n\n| shape | contender | c | decisions/s | p50 | p99 | p999 | max | refused | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, s := range r.shapes() {
+		for _, c := range r.Concurrency {
+			for _, ct := range s.contenders {
+				m := r.find(s.name, ct.name, c)
+				if m == nil {
+					continue
+				}
+				errs := fmt.Sprint(m.Errors)
+				if m.FailedRounds > 0 && m.Errors == 0 {
+					errs = fmt.Sprintf("0 (%d of %d rounds set aside)", m.FailedRounds, m.Rounds)
+				}
+				if m.FirstError != "" {
+					errs += " (" + strings.ReplaceAll(m.FirstError, "|", "/") + ")"
+				}
+				fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n",
+					s.name, name(ct), c, rate(m.PerSecond), micros(m.P50), micros(m.P99), micros(m.P999), micros(m.Max), percent(m.RefusedShare()), errs)
+			}
+		}
+	}
+}
+
+// name sets sluice's contenders in bold.
+func name(c contender) string {
+	if c.sluice {
+		return "**" + c.name + "**"
+	}
+	return c.name
+}
+
+// rate formats decisions per second: 940, 74.2k, 1.25M.
+func rate(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+// micros formats microseconds: 88 µs, 3.4 ms, 120 ms, 1.2 s.
+func micros(us float64) string {
+	switch {
+	case us >= 1e6:
+		return fmt.Sprintf("%.1f s", us/1e6)
+	case us >= 100_000:
+		return fmt.Sprintf("%.0f ms", us/1000)
+	case us >= 1000:
+		return fmt.Sprintf("%.1f ms", us/1000)
+	}
+	return fmt.Sprintf("%.0f µs", us)
+}
+
+// nanos formats nanoseconds: 249 ns, 1.70 µs.
+func nanos(ns float64) string {
+	if ns >= 1000 {
+		return fmt.Sprintf("%.2f µs", ns/1000)
+	}
+	return fmt.Sprintf("%.0f ns", ns)
+}
+
+func times(x float64) string { return fmt.Sprintf("%.2f×", x) }
+
+func percent(x float64) string {
+	if x == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%.2f %%", 100*x)
+}
+
+func byteSize(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.0f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

@@ -1,0 +1,197 @@
+package report
+
+import (
+	"fmt"
+	"strings"
+)
+
+// In-process shapes and contenders the targets read (see package inproc).
+const (
+	inprocOne       = "1 key of 10k"
+	inprocNine      = "9 keys"
+	inprocHTTP      = "HTTP middleware"
+	httpOtel        = "sluice httpmw (otel Recorder)"
+	localGCRA       = "sluice local (GCRA)"
+	localLog        = "sluice local (sliding log)"
+	goLimiter       = "go-limiter"
+	redisRateName   = "redis_rate"
+	plainScriptName = "plain script"
+	sluiceStore     = "sluice store"
+	sluiceLimiter   = "sluice Limiter"
+)
+
+// AlmostNone is the largest share of hot-key decisions that may reach Redis
+// for the hot-key target: one in fifty.
+const AlmostNone = 0.02
+
+// Target is one of the issue's targets, read from the run.
+type Target struct {
+	// Name says what is compared; Want the threshold.
+	Name, Want string
+	// Got is what the run measured.
+	Got string
+	// Met is true when every condition holds; Measured is false when the
+	// run lacks a measurement the target needs.
+	Met, Measured bool
+	// Miss says by how much the target is missed ("" when met).
+	Miss string
+}
+
+// Verdict is "met", "missed: …" or "not measured".
+func (t Target) Verdict() string {
+	switch {
+	case !t.Measured:
+		return "not measured"
+	case t.Met:
+		return "**met**"
+	}
+	return "**missed**: " + t.Miss
+}
+
+// Targets evaluates the targets at RefConcurrency (c=1 for the serial
+// one) and on the in-process benchmarks. A comparison with "redis_rate on
+// 1 key" reads redis_rate as measured within the same shape, next to
+// sluice.
+func (r *Run) Targets() []Target {
+	c := RefConcurrency
+	return []Target{
+		r.ratioTarget("9 keys, sliding log: sluice store vs the plain nine-key script",
+			r.find("log-9", sluiceStore, c), r.find("log-9", plainScriptName, c), 2, 5000),
+		r.ratioTarget("9 keys, GCRA: sluice store vs redis_rate on 1 key",
+			r.find("gcra-9", sluiceStore, c), r.find("gcra-9", redisRateName, c), 1, 0),
+		r.ratioTarget("2 keys, sliding log: AllowDual (sluice Limiter) vs redis_rate on 1 key",
+			r.find("log-2", sluiceLimiter, c), r.find("log-2", redisRateName, c), 1.2, 0),
+		r.hotTarget(r.find("hot", sluiceLimiter, c), r.find("hot", redisRateName, c)),
+		r.serialTarget(r.find("gcra-1", sluiceStore, 1), r.find("gcra-1", redisRateName, 1)),
+		r.localOneTarget(),
+		r.localNineTarget(),
+		r.httpTarget(),
+	}
+}
+
+// ratioTarget: sluice's decisions/s at least ratio × the peer's, and, when
+// p99Micros > 0, sluice's p99 at most that.
+func (r *Run) ratioTarget(name string, s, p *Measurement, ratio, p99Micros float64) Target {
+	t := Target{Name: name, Want: fmt.Sprintf("≥ %s the peer's decisions/s (c=%d)", times(ratio), RefConcurrency)}
+	if p99Micros > 0 {
+		t.Want += ", p99 ≤ " + micros(p99Micros)
+	}
+	if s == nil || p == nil || p.PerSecond == 0 {
+		return t
+	}
+	t.Measured = true
+	got := s.PerSecond / p.PerSecond
+	t.Got = fmt.Sprintf("%s (%s vs %s/s), p99 %s vs %s", times(got), rate(s.PerSecond), rate(p.PerSecond), micros(s.P99), micros(p.P99))
+	var miss []string
+	if got < ratio {
+		miss = append(miss, fmt.Sprintf("%s short of %s (sluice would need %s/s)", times(ratio/got), times(ratio), rate(ratio*p.PerSecond)))
+	}
+	if p99Micros > 0 && s.P99 > p99Micros {
+		miss = append(miss, fmt.Sprintf("p99 %s over %s", micros(s.P99-p99Micros), micros(p99Micros)))
+	}
+	t.Met = len(miss) == 0
+	t.Miss = strings.Join(miss, "; ")
+	return t
+}
+
+// hotTarget: the Limiter on the hot key at least 10 × redis_rate's refused
+// path, both at least 99 % refused, and at most AlmostNone of the
+// Limiter's decisions reaching Redis.
+func (r *Run) hotTarget(s, p *Measurement) Target {
+	t := Target{
+		Name: "1 hot key, ≥ 99 % refused: sluice Limiter vs redis_rate's refused path",
+		Want: fmt.Sprintf("≥ 10× the peer's decisions/s (c=%d), Redis sees ≤ %.0f %% of the decisions", RefConcurrency, 100*AlmostNone),
+	}
+	if s == nil || p == nil || p.PerSecond == 0 {
+		return t
+	}
+	t.Measured = true
+	got := s.PerSecond / p.PerSecond
+	t.Got = fmt.Sprintf("%s (%s vs %s/s), %.2f %% vs %.2f %% refused, Redis calls per decision %.4f",
+		times(got), rate(s.PerSecond), rate(p.PerSecond), 100*s.RefusedShare(), 100*p.RefusedShare(), s.CallsPerDecision())
+	var miss []string
+	if got < 10 {
+		miss = append(miss, fmt.Sprintf("%s short of 10×", times(10/got)))
+	}
+	if s.RefusedShare() < 0.99 || p.RefusedShare() < 0.99 {
+		miss = append(miss, "fewer than 99 % refused: the shape did not hold")
+	}
+	if s.CallsPerDecision() > AlmostNone {
+		miss = append(miss, fmt.Sprintf("Redis saw %.1f %% of the decisions", 100*s.CallsPerDecision()))
+	}
+	t.Met = len(miss) == 0
+	t.Miss = strings.Join(miss, "; ")
+	return t
+}
+
+// serialTarget: at c=1, sluice's p50 no worse than redis_rate's.
+func (r *Run) serialTarget(s, p *Measurement) Target {
+	t := Target{Name: "1 key, GCRA, serial (c=1): sluice store p50 vs redis_rate p50", Want: "≤ the peer's p50"}
+	if s == nil || p == nil {
+		return t
+	}
+	t.Measured = true
+	t.Got = fmt.Sprintf("%s vs %s (%s vs %s decisions/s)", micros(s.P50), micros(p.P50), rate(s.PerSecond), rate(p.PerSecond))
+	t.Met = s.P50 <= p.P50
+	if !t.Met {
+		t.Miss = fmt.Sprintf("%s slower (%s)", micros(s.P50-p.P50), times(s.P50/p.P50))
+	}
+	return t
+}
+
+// localOneTarget: the local store on one key no slower than go-limiter,
+// with no allocation, serial.
+func (r *Run) localOneTarget() Target {
+	t := Target{Name: "in process, 1 key of 10k: sluice local (GCRA) vs go-limiter, one goroutine", Want: "≤ the peer's ns/op, 0 allocs/op"}
+	s, p := r.findInProcess(inprocOne, localGCRA, false), r.findInProcess(inprocOne, goLimiter, false)
+	if s == nil || p == nil {
+		return t
+	}
+	t.Measured = true
+	t.Got = fmt.Sprintf("%s vs %s, %d allocs/op", nanos(s.NsPerOp), nanos(p.NsPerOp), s.AllocsPerOp)
+	var miss []string
+	if s.NsPerOp > p.NsPerOp {
+		miss = append(miss, fmt.Sprintf("%s slower (%s)", nanos(s.NsPerOp-p.NsPerOp), times(s.NsPerOp/p.NsPerOp)))
+	}
+	if s.AllocsPerOp > 0 {
+		miss = append(miss, fmt.Sprintf("%d allocs/op", s.AllocsPerOp))
+	}
+	t.Met = len(miss) == 0
+	t.Miss = strings.Join(miss, "; ")
+	return t
+}
+
+// localNineTarget: the local store under 1 µs on nine keys, both
+// algorithms, serial.
+func (r *Run) localNineTarget() Target {
+	t := Target{Name: "in process, 9 keys: sluice local, one goroutine", Want: "< 1 µs per decision, both algorithms"}
+	g, l := r.findInProcess(inprocNine, localGCRA, false), r.findInProcess(inprocNine, localLog, false)
+	if g == nil || l == nil {
+		return t
+	}
+	t.Measured = true
+	t.Got = fmt.Sprintf("GCRA %s, sliding log %s", nanos(g.NsPerOp), nanos(l.NsPerOp))
+	worst := max(g.NsPerOp, l.NsPerOp)
+	t.Met = worst < 1000
+	if !t.Met {
+		t.Miss = fmt.Sprintf("%s over 1 µs (%s)", nanos(worst-1000), times(worst/1000))
+	}
+	return t
+}
+
+// httpTarget: the whole HTTP middleware pipeline on the local store under
+// 3 µs per request.
+func (r *Run) httpTarget() Target {
+	t := Target{Name: "HTTP middleware on the local store, whole pipeline (otel Recorder), one goroutine", Want: "< 3 µs per request"}
+	h := r.findInProcess(inprocHTTP, httpOtel, false)
+	if h == nil {
+		return t
+	}
+	t.Measured = true
+	t.Got = fmt.Sprintf("%s, %d allocs/op", nanos(h.NsPerOp), h.AllocsPerOp)
+	t.Met = h.NsPerOp < 3000
+	if !t.Met {
+		t.Miss = fmt.Sprintf("%s over 3 µs (%s)", nanos(h.NsPerOp-3000), times(h.NsPerOp/3000))
+	}
+	return t
+}

@@ -1,0 +1,141 @@
+package suite
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/sluicehq/sluice/domain"
+)
+
+// Secret is the HMAC secret of every Limiter the suite builds (and of the
+// pseudonyms in the bare stores' keys): a fixed, public benchmark value.
+const Secret = "b3e1c0ffee5eed5a1ce000000000000000000000000000000000000000000ba5"
+
+// Windows of the shapes. Every window is far from its limit at the rates
+// these machines reach (a key is visited at most ~100 times a second), so
+// that every decision but the hot key's is an admission, the path that
+// writes; the hot key's limit is reached at once.
+var (
+	burstLog     = domain.Window{Name: domain.WindowBurst, Limit: 1000, Period: time.Second, Algorithm: domain.SlidingLog}
+	sustainedLog = domain.Window{Name: domain.WindowSustained, Limit: 1000, Period: 10 * time.Second, Algorithm: domain.SlidingLog}
+	burstGCRA    = domain.Window{Name: domain.WindowBurst, Limit: 1000, Period: time.Second, Algorithm: domain.GCRA}
+	sustainedGCR = domain.Window{Name: domain.WindowSustained, Limit: 1000, Period: 10 * time.Second, Algorithm: domain.GCRA}
+	// hotWindow admits 50 requests a second: at tens of thousands of
+	// requests a second, more than 99.9 % are refused.
+	hotWindow = domain.Window{Name: domain.WindowBurst, Limit: 50, Period: time.Second, Algorithm: domain.GCRA}
+)
+
+// routeKey is the route key of the bare stores' keys: the name of the
+// Limiter's nine-window profile, so that both use the very same keys.
+const routeKey = "bench"
+
+// Identity is one client of the population: its raw identities, as a
+// service hands them to the Limiter, and the keys a bare store is given
+// for it in each shape, built as the Limiter builds its own (pseudonymised
+// ids, one hash tag per decision).
+type Identity struct {
+	IP                   netip.Addr
+	User, Tenant, APIKey string
+	// One is the ip's burst key (no tenant: tagged by the ip's pseudonym);
+	// Dual ADR-002's rl:{tenant} and rl:{tenant}:user:{user}; Nine four
+	// dimensions × burst and sustained, then the tenant-global window.
+	One, Dual, Nine []string
+}
+
+// Population is the set of clients a run cycles through, plus the hot
+// client every worker of the hot-key shape sends.
+type Population struct {
+	Clients []Identity
+	Hot     Identity
+}
+
+// hotIndex numbers the hot client apart from any population's.
+const hotIndex = 1<<24 - 2
+
+// MaxPopulation is the largest population NewPopulation builds: client i
+// has the address 10.x.y.z that spells i in 24 bits.
+const MaxPopulation = hotIndex
+
+// NewPopulation builds n clients.
+func NewPopulation(n int) (*Population, error) {
+	if n < 1 || n > MaxPopulation {
+		return nil, fmt.Errorf("suite: population of %d clients, want 1 to %d", n, MaxPopulation)
+	}
+	secret, err := hex.DecodeString(Secret)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := domain.NewPseudonymiser(secret)
+	if err != nil {
+		return nil, err
+	}
+	p := &Population{Clients: make([]Identity, n)}
+	for i := range p.Clients {
+		p.Clients[i] = newIdentity(ps, i)
+	}
+	p.Hot = newIdentity(ps, hotIndex)
+	return p, nil
+}
+
+func newIdentity(ps *domain.Pseudonymiser, i int) Identity {
+	id := Identity{
+		IP:     netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}),
+		User:   fmt.Sprintf("user-%d@example.org", i),
+		Tenant: fmt.Sprintf("tenant-%d", i),
+		APIKey: fmt.Sprintf("key-%d", i),
+	}
+	ip, _ := domain.NormaliseIP(id.IP)
+	pid := map[domain.Dimension]string{
+		domain.DimensionIP:     ps.Pseudonymise(domain.DimensionIP, ip),
+		domain.DimensionUser:   ps.Pseudonymise(domain.DimensionUser, id.User),
+		domain.DimensionAPIKey: ps.Pseudonymise(domain.DimensionAPIKey, id.APIKey),
+		domain.DimensionTenant: ps.Pseudonymise(domain.DimensionTenant, id.Tenant),
+	}
+	pid[domain.DimensionTenantGlobal] = pid[domain.DimensionTenant]
+	key := func(tag string, d domain.Dimension, window string) string {
+		rk := routeKey
+		if d == domain.DimensionTenantGlobal {
+			rk = domain.GlobalRouteKey
+		}
+		return domain.KeyParts{Tag: tag, Dimension: d, ID: pid[d], RouteKey: rk, Window: window}.Key()
+	}
+	id.One = []string{key(pid[domain.DimensionIP], domain.DimensionIP, domain.WindowBurst)}
+	tenant := pid[domain.DimensionTenant]
+	id.Dual = []string{domain.TenantKey(tenant), domain.TenantUserKey(tenant, pid[domain.DimensionUser])}
+	for _, d := range []domain.Dimension{domain.DimensionIP, domain.DimensionUser, domain.DimensionAPIKey, domain.DimensionTenant} {
+		id.Nine = append(id.Nine, key(tenant, d, domain.WindowBurst), key(tenant, d, domain.WindowSustained))
+	}
+	id.Nine = append(id.Nine, key(tenant, domain.DimensionTenantGlobal, domain.WindowSustained))
+	return id
+}
+
+// limits pairs keys with windows: windows[i % len(windows)] for key i.
+func limits(keys []string, windows ...domain.Window) []domain.Limit {
+	out := make([]domain.Limit, len(keys))
+	for i, k := range keys {
+		out[i] = domain.Limit{Key: k, Window: windows[i%len(windows)], Cost: 1}
+	}
+	return out
+}
+
+// Cursor walks the population for one worker of c: worker w visits
+// clients w, w+c, w+2c… (mod n), so that the workers spread over the
+// whole population and two of them rarely send the same client at once.
+type Cursor struct {
+	next, step, n int
+}
+
+// NewCursor returns worker w's cursor over n clients.
+func NewCursor(w, c, n int) *Cursor { return &Cursor{next: w % n, step: c % n, n: n} }
+
+// Next returns the index of the next client.
+func (c *Cursor) Next() int {
+	i := c.next
+	c.next = (c.next + c.step) % c.n
+	if c.step == 0 {
+		c.next = (c.next + 1) % c.n
+	}
+	return i
+}

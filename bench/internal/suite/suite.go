@@ -1,0 +1,121 @@
+// Package suite is what a benchmark run measures: the request shapes
+// sluice serves (one key, ADR-002's two, the nine windows of a fully
+// identified request, a hot key that is refused), and for each the
+// contenders that serve it: sluice's Redis store alone, the whole
+// app.Limiter on it, go-redis/redis_rate, and a plain ZSET script of the
+// same shape on the same client sluice uses.
+//
+// Every contender gets a fresh client per measurement, configured as a
+// service would embed it (see Env), and every store call the same 2 s
+// deadline, so that a slow answer shows in the latencies rather than as
+// a failure or a degraded decision.
+package suite
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice/bench/internal/load"
+	"github.com/sluicehq/sluice/domain"
+)
+
+// callTimeout is every contender's deadline for one call.
+const callTimeout = 2 * time.Second
+
+// Env is what contenders connect to.
+type Env struct {
+	// Addr is the Redis server's host:port.
+	Addr string
+	// Population is the clients the workers cycle through.
+	Population *Population
+	// GoRedisPool is go-redis' connection pool size for redis_rate; 0
+	// means go-redis' default, 10 connections per CPU (one per worker was
+	// no faster on two cores, within the noise). sluice and the plain
+	// script share rueidis' defaults: a few pipelined connections, however
+	// many workers.
+	GoRedisPool int
+}
+
+// Contender is one implementation of a shape.
+type Contender struct {
+	// Name is how tables and charts name it: "sluice store",
+	// "sluice Limiter", "redis_rate" or "plain script".
+	Name string
+	// Sluice tells sluice's own contenders from its peers.
+	Sluice bool
+	// Open connects a fresh client for one measurement at concurrency c
+	// and returns the workers' requests and what closes the client.
+	Open func(ctx context.Context, env *Env, c int) (load.Worker, func() error, error)
+}
+
+// Shape is one request shape and its contenders. redis_rate checks one
+// key whatever the shape: where a shape has more, it stands as the
+// single-key reference the targets compare with, measured back to back
+// with the others rather than in another shape's turn.
+type Shape struct {
+	// Name is short, for flags and files: "gcra-1", "log-9", "hot"...
+	Name string
+	// Title describes the shape in a table.
+	Title string
+	// Keys is the number of keys one decision checks.
+	Keys int
+	// Hot marks the hot-key shape, the one whose requests are refused.
+	Hot        bool
+	Contenders []Contender
+}
+
+// Shapes returns every shape, in report order.
+func Shapes() []Shape {
+	one := perClient(func(id *Identity) []string { return id.One }, burstLog)
+	oneGCRA := perClient(func(id *Identity) []string { return id.One }, burstGCRA)
+	dual := perClient(func(id *Identity) []string { return id.Dual }, burstLog)
+	dualGCRA := perClient(func(id *Identity) []string { return id.Dual }, burstGCRA)
+	nine := perClient(func(id *Identity) []string { return id.Nine }, nineWindows(burstLog, sustainedLog)...)
+	nineGCRA := perClient(func(id *Identity) []string { return id.Nine }, nineWindows(burstGCRA, sustainedGCR)...)
+	hot := func(p *Population) [][]domain.Limit { return [][]domain.Limit{limits(p.Hot.One, hotWindow)} }
+	return []Shape{
+		{Name: "gcra-1", Title: "1 key, GCRA", Keys: 1, Contenders: []Contender{
+			sluiceStore(oneGCRA), redisRate(false),
+		}},
+		{Name: "log-1", Title: "1 key, sliding log", Keys: 1, Contenders: []Contender{
+			sluiceStore(one), plainScript(one), redisRate(false),
+		}},
+		{Name: "hot", Title: "1 hot key, GCRA, > 99 % refused", Keys: 1, Hot: true, Contenders: []Contender{
+			sluiceLimiter(hotRequest, true), sluiceStore(hot), redisRate(true),
+		}},
+		{Name: "log-2", Title: "2 keys, sliding log (AllowDual)", Keys: 2, Contenders: []Contender{
+			sluiceLimiter(dualRequest, false), sluiceStore(dual), plainScript(dual), redisRate(false),
+		}},
+		{Name: "gcra-2", Title: "2 keys, GCRA", Keys: 2, Contenders: []Contender{
+			sluiceStore(dualGCRA), plainScript(dual), redisRate(false),
+		}},
+		{Name: "log-9", Title: "9 keys, sliding log", Keys: 9, Contenders: []Contender{
+			sluiceLimiter(nineRequest, false), sluiceStore(nine), plainScript(nine),
+		}},
+		{Name: "gcra-9", Title: "9 keys, GCRA", Keys: 9, Contenders: []Contender{
+			sluiceStore(nineGCRA), plainScript(nine), redisRate(false),
+		}},
+	}
+}
+
+// keyset builds one request's limits per client.
+type keyset func(p *Population) [][]domain.Limit
+
+// perClient is the keyset of the keys pick chooses, under windows (see
+// limits).
+func perClient(pick func(*Identity) []string, windows ...domain.Window) keyset {
+	return func(p *Population) [][]domain.Limit {
+		out := make([][]domain.Limit, len(p.Clients))
+		for i := range p.Clients {
+			out[i] = limits(pick(&p.Clients[i]), windows...)
+		}
+		return out
+	}
+}
+
+// nineWindows are the windows of the nine keys, in Identity.Nine's order:
+// burst and sustained per dimension, then the tenant-global sustained
+// window.
+func nineWindows(burst, sustained domain.Window) []domain.Window {
+	return []domain.Window{burst, sustained, burst, sustained, burst, sustained, burst, sustained, sustained}
+}
