@@ -90,12 +90,14 @@ bench-go: deps
 demo:
 	$(GO) run ./examples/demo -dev
 
-## lint: gofmt, go vet and staticcheck (pinned).
+## lint: gofmt, go vet and staticcheck (pinned), on the module and on
+## bench/.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) run $(STATICCHECK) $(PKGS)
+	cd bench && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 ## cover: tests with a coverage profile and a per-function summary.
 cover: deps
