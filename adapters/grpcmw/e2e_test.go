@@ -55,8 +55,8 @@ func one(md metadata.MD, key string) string {
 
 func TestAllowedCallCarriesMetadata(t *testing.T) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			svc := newService(t, newLimiter(t, testConfig(t), b.primary(t), nil), grpcmw.Config{})
+		t.Run(b.Name, func(t *testing.T) {
+			svc := newService(t, newLimiter(t, testConfig(t), b.Primary(t), nil), grpcmw.Config{})
 			md, err := svc.check(t, mdUser, "alice@example.org", mdTenant, "acme")
 			require.NoError(t, err)
 			assert.Equal(t, int64(1), svc.health.checks.Load())
@@ -78,8 +78,8 @@ func TestAllowedCallCarriesMetadata(t *testing.T) {
 
 func TestThrottledCallNeverReachesTheHandler(t *testing.T) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			svc := newService(t, newLimiter(t, testConfig(t), b.primary(t), nil), grpcmw.Config{})
+		t.Run(b.Name, func(t *testing.T) {
+			svc := newService(t, newLimiter(t, testConfig(t), b.Primary(t), nil), grpcmw.Config{})
 			for range 3 {
 				_, err := svc.check(t)
 				require.NoError(t, err)
@@ -123,8 +123,8 @@ func TestThrottledCallNeverReachesTheHandler(t *testing.T) {
 
 func TestStreamInterceptor(t *testing.T) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			svc := newService(t, newLimiter(t, testConfig(t), b.primary(t), nil), grpcmw.Config{})
+		t.Run(b.Name, func(t *testing.T) {
+			svc := newService(t, newLimiter(t, testConfig(t), b.Primary(t), nil), grpcmw.Config{})
 			for i := range 2 {
 				md, err := svc.watch(t)
 				require.NoError(t, err, "watch %d", i)
@@ -175,9 +175,9 @@ func TestInvalidContextIsUniform(t *testing.T) {
 // is not a trusted proxy is ignored.
 func TestSpoofedForwardedForChangesNothing(t *testing.T) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
 			rec := &recordertest.Memory{}
-			svc := newService(t, newLimiter(t, testConfig(t), b.primary(t), rec),
+			svc := newService(t, newLimiter(t, testConfig(t), b.Primary(t), rec),
 				grpcmw.Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}})
 			var codesSeen []codes.Code
 			for i := range 4 {

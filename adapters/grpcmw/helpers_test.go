@@ -18,15 +18,20 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sluicehq/sluice/adapters/grpcmw"
-	"github.com/sluicehq/sluice/adapters/local"
-	"github.com/sluicehq/sluice/adapters/redis"
 	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/internal/limitertest"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/ports"
-	"github.com/sluicehq/sluice/ports/recordertest"
 )
 
 func TestMain(m *testing.M) { redistest.MainLeakFree(m) }
+
+// The stores and Limiters of these tests.
+var (
+	newLocal   = limitertest.Local
+	newRedis   = limitertest.Redis
+	newLimiter = limitertest.Limiter
+	backends   = limitertest.Backends()
+)
 
 // testConfig loads testdata/sluice.yaml with a fresh secret, so that tests
 // sharing a Redis server never share a key.
@@ -42,43 +47,6 @@ func testConfig(t testing.TB) app.Config {
 	})
 	require.NoError(t, err)
 	return cfg
-}
-
-func newLocal(t testing.TB) ports.Store {
-	t.Helper()
-	s, err := local.New(local.Config{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
-
-// newRedis returns a store on the Redis server at url, with a deadline as
-// generous as the fixture's store_timeout.
-func newRedis(t testing.TB, url string) ports.Store {
-	t.Helper()
-	s, err := redis.New(redis.Config{URL: url, Mode: redis.ModeStandalone, Timeout: 2 * time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
-
-var backends = []struct {
-	name    string
-	primary func(t testing.TB) ports.Store
-}{
-	{"local", newLocal},
-	{"redis", func(t testing.TB) ports.Store { return newRedis(t, redistest.StandaloneURL(t)) }},
-}
-
-func newLimiter(t testing.TB, cfg app.Config, primary ports.Store, rec ports.Recorder) *app.Limiter {
-	t.Helper()
-	if rec == nil {
-		rec = &recordertest.Memory{}
-	}
-	lim, err := app.New(cfg, app.Deps{Store: primary, Fallback: newLocal(t), Recorder: rec})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = lim.Close() })
-	return lim
 }
 
 // countingHealth is the health service, counting the calls its handlers

@@ -78,8 +78,8 @@ const itemsRoute = "GET /api/v1/items/{id}"
 
 func TestAllowedRequestCarriesHeaders(t *testing.T) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			svc := newService(t, newLimiter(t, testConfig(t), b.primary(t), nil), httpmw.Config{})
+		t.Run(b.Name, func(t *testing.T) {
+			svc := newService(t, newLimiter(t, testConfig(t), b.Primary(t), nil), httpmw.Config{})
 			resp, body := svc.do(t, "GET", "/api/v1/items/42", user("alice@example.org", "acme"))
 			require.Equal(t, http.StatusOK, resp.StatusCode, body)
 			assert.Equal(t, "ok", body)
@@ -118,8 +118,8 @@ func TestAnonymousRequestTakesTheIPPath(t *testing.T) {
 
 func TestThrottledRequestNeverReachesTheHandler(t *testing.T) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			svc := newService(t, newLimiter(t, testConfig(t), b.primary(t), nil), httpmw.Config{})
+		t.Run(b.Name, func(t *testing.T) {
+			svc := newService(t, newLimiter(t, testConfig(t), b.Primary(t), nil), httpmw.Config{})
 			alice := user("alice@example.org", "acme")
 			for i := range 3 {
 				resp, body := svc.do(t, "GET", "/api/v1/items/"+strconv.Itoa(i), alice)
@@ -174,9 +174,9 @@ func problemOf(t *testing.T, resp *http.Response, body string) problemBody {
 // same status, headers and body; only the Recorder tells them apart.
 func TestInvalidContextIsUniform(t *testing.T) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
 			rec := &recordertest.Memory{}
-			lim := newLimiter(t, testConfig(t), b.primary(t), rec)
+			lim := newLimiter(t, testConfig(t), b.Primary(t), rec)
 			// Trusting loopback makes an unresolvable forwarded hop reachable.
 			svc := newService(t, lim, httpmw.Config{TrustedProxies: []netip.Prefix{loopback}})
 			svc.mux.HandleFunc("GET /api/v1/unprofiled", func(http.ResponseWriter, *http.Request) { t.Error("handler called") })
@@ -222,14 +222,14 @@ func TestInvalidContextIsUniform(t *testing.T) {
 // trusted proxy cannot choose the address it is counted by.
 func TestSpoofedForwardingHeaderChangesNothing(t *testing.T) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
 			for _, cfg := range []httpmw.Config{
 				{},
 				{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}},
 				{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}, ProxyHeader: httpmw.Forwarded},
 			} {
 				rec := &recordertest.Memory{}
-				svc := newService(t, newLimiter(t, testConfig(t), b.primary(t), rec), cfg)
+				svc := newService(t, newLimiter(t, testConfig(t), b.Primary(t), rec), cfg)
 				var codes []int
 				for i := range 4 {
 					spoof := fmt.Sprintf("198.51.100.%d", i+1)

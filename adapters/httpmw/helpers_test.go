@@ -12,20 +12,24 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/adapters/httpmw"
-	"github.com/sluicehq/sluice/adapters/local"
-	"github.com/sluicehq/sluice/adapters/redis"
 	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/internal/limitertest"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/ports"
-	"github.com/sluicehq/sluice/ports/recordertest"
 )
 
 func TestMain(m *testing.M) { redistest.MainLeakFree(m) }
+
+// The stores and Limiters of these tests.
+var (
+	newLocal   = limitertest.Local
+	newRedis   = limitertest.Redis
+	newLimiter = limitertest.Limiter
+	backends   = limitertest.Backends()
+)
 
 // freshSecret returns a random HMAC secret: every Limiter of these tests
 // counts on keys of its own, even on a Redis server shared by the binary.
@@ -51,47 +55,6 @@ func testConfig(t testing.TB) app.Config {
 	})
 	require.NoError(t, err)
 	return cfg
-}
-
-// newLocal returns a local store closed at cleanup.
-func newLocal(t testing.TB) ports.Store {
-	t.Helper()
-	s, err := local.New(local.Config{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
-
-// newRedis returns a store on the Redis server at url, closed at cleanup.
-// Its deadline matches the fixture's store_timeout: generous, so that a
-// loaded machine does not turn calls into degraded decisions.
-func newRedis(t testing.TB, url string) *redis.Store {
-	t.Helper()
-	s, err := redis.New(redis.Config{URL: url, Mode: redis.ModeStandalone, Timeout: 2 * time.Second})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	return s
-}
-
-// backends are the primary stores every end-to-end test runs on.
-var backends = []struct {
-	name    string
-	primary func(t testing.TB) ports.Store
-}{
-	{"local", newLocal},
-	{"redis", func(t testing.TB) ports.Store { return newRedis(t, redistest.StandaloneURL(t)) }},
-}
-
-// newLimiter builds a Limiter on primary with a local fallback.
-func newLimiter(t testing.TB, cfg app.Config, primary ports.Store, rec ports.Recorder) *app.Limiter {
-	t.Helper()
-	if rec == nil {
-		rec = &recordertest.Memory{}
-	}
-	lim, err := app.New(cfg, app.Deps{Store: primary, Fallback: newLocal(t), Recorder: rec})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = lim.Close() })
-	return lim
 }
 
 // service is an HTTP server on a real loopback port with sluice in front
