@@ -113,6 +113,8 @@ type Config struct {
 	// ProbeInterval is the health loop's period (default 10 s).
 	ProbeInterval time.Duration `yaml:"probe_interval" validate:"min=1ms,max=1h"`
 	// ProbeTimeout bounds one probe (default 1 s, at most ProbeInterval).
+	// A probe also fails when it takes longer than StoreTimeout: a store
+	// too slow for a decision's deadline is not healthy (docs/adr/005).
 	ProbeTimeout time.Duration `yaml:"probe_timeout" validate:"min=1ms,ltefield=ProbeInterval"`
 	// ClearingProbes is how many good probes in a row take the system from
 	// DEGRADED back to HEALTHY (default 3; 1 behaves as 2, see

@@ -43,24 +43,23 @@ func (l *Limiter) healthLoop() {
 	}
 }
 
-// ProbeOnce runs one health probe now, under the probe timeout, feeds its
-// outcome to the health machine and records the transition, if any. It
-// returns the state after the probe; the error is non-nil only when the
-// Recorder failed (a failed probe is an event, not an error). The health
-// loop calls it on every interval; tests and boot code may call it too.
+// ProbeOnce runs one health probe now, feeds its outcome to the health
+// machine and records the transition, if any. It returns the state after
+// the probe; the error is non-nil only when the Recorder failed (a failed
+// probe is an event, not an error). The health loop calls it on every
+// interval; tests and boot code may call it too.
 //
-// A probe that answers, but later than Config.StoreTimeout, fails: a store
-// too slow for a decision's deadline is not healthy, and counting it
-// healthy would close the breaker only for the next decisions to time out
-// and open it again, over and over (docs/adr/005).
+// A probe has Config.ProbeTimeout, and no more than Config.StoreTimeout:
+// a store too slow to answer a decision in time is not healthy, and
+// counting it healthy would close the breaker only for the next decisions
+// to miss their deadline and open it again, over and over
+// (docs/adr/005).
 func (l *Limiter) ProbeOnce(ctx context.Context) (domain.SystemState, error) {
-	pctx, cancel := context.WithTimeout(ctx, l.cfg.ProbeTimeout)
-	start := l.clock.Now()
+	pctx, cancel := context.WithTimeout(ctx, min(l.cfg.ProbeTimeout, l.cfg.StoreTimeout))
 	err := l.prober.Probe(pctx)
-	slow := l.clock.Now().Sub(start) > l.cfg.StoreTimeout
 	cancel()
 	ev := domain.ProbeOK
-	if err != nil || slow {
+	if err != nil {
 		ev = domain.ProbeFailed
 	}
 	return l.apply(ctx, ev)

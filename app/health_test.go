@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,36 +138,39 @@ func TestProbeOnce(t *testing.T) {
 	assert.Equal(t, domain.Healthy, st, "clearing_probes: 2")
 }
 
-// slowProber answers, after moving the fake clock by delay.
-type slowProber struct {
-	clock *fakeclock.Clock
-	delay time.Duration
-}
+// slowProber answers after delay of real time, or when its context ends.
+type slowProber struct{ delay atomic.Int64 }
 
-func (p *slowProber) Probe(context.Context) error {
-	p.clock.Advance(p.delay)
-	return nil
+func (p *slowProber) Probe(ctx context.Context) error {
+	select {
+	case <-time.After(time.Duration(p.delay.Load())):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // TestSlowProbeFails is the regression test of a drill's finding: a Redis
-// slower than the store deadline but still answering PING let the breaker
-// close after three probes, then open again on the next decisions'
-// timeouts, over and over. A probe slower than the deadline now fails.
+// slower than the store deadline but still answering PING within the probe
+// timeout let the breaker close after three probes, then open again on the
+// next decisions' timeouts, over and over. A probe gets no more than the
+// store deadline.
 func TestSlowProbeFails(t *testing.T) {
 	prober := &slowProber{}
-	r := newRigProber(t, testConfig(), newFaulty(conformance.NewReferenceStore()), prober, conformance.NewReferenceStore())
-	prober.clock = r.clock
-	prober.delay = r.l.Config().StoreTimeout + time.Millisecond
+	cfg := testConfig()
+	cfg.StoreTimeout, cfg.ProbeTimeout = 20*time.Millisecond, time.Second
+	r := newRigProber(t, cfg, newFaulty(conformance.NewReferenceStore()), prober, conformance.NewReferenceStore())
+	prober.delay.Store(int64(500 * time.Millisecond)) // within the probe timeout, past the store deadline
 	st, err := r.l.ProbeOnce(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, domain.Degraded, st, "answered, but too slowly for a decision")
-	for range 5 {
+	for range 3 {
 		st, _ = r.l.ProbeOnce(context.Background())
 	}
 	assert.Equal(t, domain.Degraded, st, "a store that stays slow keeps the breaker open")
-	prober.delay = r.l.Config().StoreTimeout
+	prober.delay.Store(0)
 	st, _ = r.l.ProbeOnce(context.Background())
-	assert.Equal(t, domain.Recovering, st, "within the deadline, the probe is good again")
+	assert.Equal(t, domain.Recovering, st, "fast again, the probe is good")
 }
 
 // TestDefaultProberPeeksTheStore: without a Prober the loop peeks a

@@ -73,11 +73,6 @@ func TestRefusalCacheNeverChangesAnAnswer(t *testing.T) {
 	mk := func(size int) *rig {
 		cfg := testConfig()
 		cfg.RefusalCacheSize = size
-		// No health probe during the timeline: the test moves the fake
-		// clock while the loop would probe, and a probe that straddles a
-		// move looks slower than the store deadline, so it fails and opens
-		// one twin's breaker.
-		cfg.ProbeInterval = time.Hour
 		return newRigWith(t, cfg, newFaulty(conformance.NewReferenceStore()), conformance.NewReferenceStore())
 	}
 	cached, plain := mk(64), mk(-1)

@@ -94,14 +94,13 @@ func faultDrill(t *testing.T, name string, fault faultproxy.Fault) {
 	checkExact(t, r.lim, "Exact.After-"+name+"@Example.COM")
 }
 
-// TestSlowerThanDeadline makes Redis slower than the store deadline while
-// it still answers every probe within the probe timeout: every decision
-// misses its deadline. The breaker opens on in-band failures, and the
-// probes keep it open, since a probe answered later than the store
-// deadline counts as failed: the breaker does not cycle open and shut for
-// as long as the fault lasts, every decision meanwhile is the degraded
-// matrix's, and once the fault heals the system recovers as after an
-// outage.
+// TestSlowerThanDeadline makes Redis slower than the store deadline but
+// fast enough to answer within the probe timeout: every decision misses
+// its deadline. The breaker opens on in-band failures, and the probes keep
+// it open, since a probe gets no more than the store deadline: the breaker
+// does not cycle open and shut for as long as the fault lasts, every
+// decision meanwhile is the degraded matrix's, and once the fault heals
+// the system recovers as after an outage.
 func TestSlowerThanDeadline(t *testing.T) {
 	// Above the deadline; a probe's two round trips (PING, INFO memory)
 	// stay within the probe timeout.
@@ -149,17 +148,15 @@ func TestSlowerThanDeadline(t *testing.T) {
 	slow := 0
 	for _, p := range r.probes.all() {
 		if p.end.After(injected.Add(probeInterval)) && p.end.Before(healed) {
-			if p.err != nil {
-				t.Errorf("a probe failed (%v) although Redis answered within the probe timeout", p.err)
+			if p.err == nil {
+				t.Errorf("a probe passed although Redis answers later than the store deadline")
 				break
 			}
-			if p.slow {
-				slow++
-			}
+			slow++
 		}
 	}
 	if slow == 0 {
-		t.Error("no probe during the fault answered later than the store deadline")
+		t.Error("no probe ran during the fault")
 	}
 	if !openedAt.IsZero() {
 		figure(t, "slower.open", "opened %s after the delay began, and stayed open for the %s of the fault (%d slow probes, %d in-band trips over the whole run)",
