@@ -272,11 +272,16 @@ func (tr *traffic) tally(p int32) *tally {
 	return newTally()
 }
 
-// sum adds up a per-flow count over the given phases.
+// sum adds up a per-flow count over the given phases, under the lock the
+// workers count under: a phase may still be counting.
 func (tr *traffic) sum(count func(*tally) map[string]int, name string, phases ...int32) int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
 	n := 0
 	for _, p := range phases {
-		n += count(tr.tally(p))[name]
+		if tl := tr.tallies[p]; tl != nil {
+			n += count(tl)[name]
+		}
 	}
 	return n
 }
