@@ -308,7 +308,7 @@ func TestHTTPOutage(t *testing.T) {
 
 	for _, p := range []int32{phaseOutage, phaseRecovering} {
 		tl := load.tally(p)
-		for k, n := range tl.outcomes {
+		for k, n := range tl.byKey {
 			if !degradedHTTP(k) && !(p == phaseRecovering && k.primary) && !(p == phaseOutage && k.primary && n <= load.workers) {
 				t.Errorf("phase %d: %d × %s is not the degraded matrix's answer", p, n, k)
 			}
@@ -379,39 +379,8 @@ func degradedHTTP(k httpKey) bool {
 
 // httpTally is what one phase of HTTP traffic saw.
 type httpTally struct {
-	n        int
-	outcomes map[httpKey]int
-	worst    time.Duration
-	took     []time.Duration
-}
-
-func (t *httpTally) count(match func(httpKey) bool) int {
-	n := 0
-	for k, c := range t.outcomes {
-		if match(k) {
-			n += c
-		}
-	}
-	return n
-}
-
-func (t *httpTally) latencies() (p50, p99, worst time.Duration) {
-	if len(t.took) == 0 {
-		return 0, 0, 0
-	}
-	s := slices.Clone(t.took)
-	slices.Sort(s)
-	return s[len(s)/2], s[len(s)*99/100], s[len(s)-1]
-}
-
-func (t *httpTally) summary() string {
-	keys := slices.Collect(maps.Keys(t.outcomes))
-	slices.SortFunc(keys, func(a, b httpKey) int { return t.outcomes[b] - t.outcomes[a] })
-	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, "\n\t%6d  %s", t.outcomes[k], k)
-	}
-	return b.String()
+	n int
+	outcomes[httpKey]
 }
 
 // httpTraffic is steady load over HTTP: the traffic's flows sent by
@@ -468,7 +437,7 @@ func (ld *httpTraffic) tally(p int32) *httpTally {
 	if tl := ld.tallies[p]; tl != nil {
 		return tl
 	}
-	return &httpTally{outcomes: map[httpKey]int{}}
+	return &httpTally{outcomes: newOutcomes[httpKey]()}
 }
 
 func (ld *httpTraffic) add(p int32, f flow, got response) {
@@ -492,11 +461,9 @@ func (ld *httpTraffic) add(p int32, f flow, got response) {
 	defer ld.mu.Unlock()
 	tl := ld.tallies[p]
 	if tl == nil {
-		tl = &httpTally{outcomes: map[httpKey]int{}}
+		tl = &httpTally{outcomes: newOutcomes[httpKey]()}
 		ld.tallies[p] = tl
 	}
 	tl.n++
-	tl.outcomes[k]++
-	tl.worst = max(tl.worst, got.took)
-	tl.took = append(tl.took, got.took)
+	tl.saw(k, got.took)
 }

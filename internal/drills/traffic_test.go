@@ -104,16 +104,13 @@ func (k outcomeKey) String() string {
 // tally is what one phase of traffic saw.
 type tally struct {
 	decisions int
-	outcomes  map[outcomeKey]int
+	outcomes[outcomeKey]
 	// bypassed counts BYPASS_DEGRADED answers per read client.
 	bypassed map[string]int
 	// admitted counts, per flow, the requests the primary store admitted;
 	// uncertain those whose store call failed or missed its deadline, which
 	// Redis may or may not have counted.
 	admitted, uncertain map[string]int
-	worst               time.Duration
-	// took holds every decision's latency, for percentiles.
-	took []time.Duration
 	// ledger holds every decision of the ledger flow, in the order they
 	// ended.
 	ledger []ledgerEvent
@@ -121,7 +118,7 @@ type tally struct {
 }
 
 func newTally() *tally {
-	return &tally{outcomes: map[outcomeKey]int{}, bypassed: map[string]int{}, admitted: map[string]int{}, uncertain: map[string]int{}}
+	return &tally{outcomes: newOutcomes[outcomeKey](), bypassed: map[string]int{}, admitted: map[string]int{}, uncertain: map[string]int{}}
 }
 
 // ledgerEvent is one decision of the ledger flow.
@@ -142,7 +139,7 @@ func (t *tally) add(f flow, req app.Request, d domain.Decision, start time.Time,
 			k.retryAfter = d.RetryAfter.Truncate(time.Second) + time.Second
 		}
 	}
-	t.outcomes[k]++
+	t.saw(k, took)
 	switch {
 	case d.State == domain.BypassDegraded:
 		t.bypassed[readClient(req)]++
@@ -151,8 +148,6 @@ func (t *tally) add(f flow, req app.Request, d domain.Decision, start time.Time,
 	case d.Cause == domain.CauseStoreTimeout || d.Cause == domain.CauseStoreUnavailable:
 		t.uncertain[f.name]++
 	}
-	t.worst = max(t.worst, took)
-	t.took = append(t.took, took)
 	if f.name == ledgerFlow.name {
 		t.ledger = append(t.ledger, ledgerEvent{start: start,
 			admitted: d.State == domain.Allowed && d.Source == domain.SourcePrimary,
@@ -163,10 +158,35 @@ func (t *tally) add(f flow, req app.Request, d domain.Decision, start time.Time,
 	}
 }
 
-// count returns how many decisions matched.
-func (t *tally) count(match func(outcomeKey) bool) int {
+// outcomes counts what a phase saw by key (a decision's state and cause,
+// or a response's status), with every latency, for percentiles.
+type outcomes[K interface {
+	comparable
+	fmt.Stringer
+}] struct {
+	byKey map[K]int
+	worst time.Duration
+	took  []time.Duration
+}
+
+func newOutcomes[K interface {
+	comparable
+	fmt.Stringer
+}]() outcomes[K] {
+	return outcomes[K]{byKey: map[K]int{}}
+}
+
+// saw counts one outcome and its latency.
+func (o *outcomes[K]) saw(k K, took time.Duration) {
+	o.byKey[k]++
+	o.worst = max(o.worst, took)
+	o.took = append(o.took, took)
+}
+
+// count returns how many outcomes matched.
+func (o *outcomes[K]) count(match func(K) bool) int {
 	n := 0
-	for k, c := range t.outcomes {
+	for k, c := range o.byKey {
 		if match(k) {
 			n += c
 		}
@@ -175,23 +195,23 @@ func (t *tally) count(match func(outcomeKey) bool) int {
 }
 
 // latencies returns the median, the 99th percentile and the worst
-// decision latency.
-func (t *tally) latencies() (p50, p99, worst time.Duration) {
-	if len(t.took) == 0 {
+// latency.
+func (o *outcomes[K]) latencies() (p50, p99, worst time.Duration) {
+	if len(o.took) == 0 {
 		return 0, 0, 0
 	}
-	s := slices.Clone(t.took)
+	s := slices.Clone(o.took)
 	slices.Sort(s)
 	return s[len(s)/2], s[len(s)*99/100], s[len(s)-1]
 }
 
 // summary lists the outcomes, most frequent first.
-func (t *tally) summary() string {
-	keys := slices.Collect(maps.Keys(t.outcomes))
-	slices.SortFunc(keys, func(a, b outcomeKey) int { return t.outcomes[b] - t.outcomes[a] })
+func (o *outcomes[K]) summary() string {
+	keys := slices.Collect(maps.Keys(o.byKey))
+	slices.SortFunc(keys, func(a, b K) int { return o.byKey[b] - o.byKey[a] })
 	var b strings.Builder
 	for _, k := range keys {
-		fmt.Fprintf(&b, "\n\t%6d  %s", t.outcomes[k], k)
+		fmt.Fprintf(&b, "\n\t%6d  %s", o.byKey[k], k)
 	}
 	return b.String()
 }
