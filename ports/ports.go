@@ -60,6 +60,25 @@ type Store interface {
 	Close() error
 }
 
+// Repeater is an optional capability of a Store, found by type assertion:
+// it decides n identical requests in one call. The Limiter uses it to
+// coalesce the decisions that arrive for one key set while a store call
+// for it is in flight (docs/adr/007).
+type Repeater interface {
+	// EvaluateRepeated decides n (1 ≤ n ≤ MaxRepeat) requests, each
+	// carrying limits, at now, in order, exactly as n sequential Evaluate
+	// calls at now would: the first Admitted consume their cost, all or
+	// nothing each, and the rest are refused and consume nothing. The
+	// contract of Evaluate applies to each request (validation, errors,
+	// Close, the store's own clock); n out of range is a
+	// *domain.LimitError. domain.Repeated.For gives each request its own
+	// Result.
+	EvaluateRepeated(ctx context.Context, now time.Time, limits []domain.Limit, n int) (domain.Repeated, error)
+}
+
+// MaxRepeat bounds the n of one EvaluateRepeated call.
+const MaxRepeat = 1 << 16
+
 // Clock tells time. Production uses SystemClock; tests use
 // ports/fakeclock, which moves only when told to.
 type Clock interface {
