@@ -63,6 +63,9 @@ const (
 	CauseLocalCapExceeded Cause = "local_cap_exceeded"
 	CauseLocalLimit       Cause = "local_limit"
 	CauseInvalidLimit     Cause = "invalid_limit"
+	// CauseStoreValue: a key of the request holds a value the store cannot
+	// interpret (domain.StoreValueError).
+	CauseStoreValue Cause = "store_value"
 	// CauseNoWindow: none of the profile's windows applies to the request
 	// (e.g. user windows only, and an anonymous request): nothing was
 	// counted, and the request is Allowed.
@@ -73,7 +76,7 @@ const (
 func Causes() []Cause {
 	return []Cause{CauseNone, CauseLimitExceeded, CauseRouteInvalid, CauseIPUnresolved,
 		CauseDimensionInvalid, CauseProfileMissing, CauseStoreUnavailable, CauseStoreTimeout,
-		CauseBreakerOpen, CauseLocalCapExceeded, CauseLocalLimit, CauseInvalidLimit, CauseNoWindow}
+		CauseBreakerOpen, CauseLocalCapExceeded, CauseLocalLimit, CauseInvalidLimit, CauseStoreValue, CauseNoWindow}
 }
 
 // Layer names one layer of the dual-layer (ADR-002) check.

@@ -28,6 +28,10 @@ const (
 	// CodeCrossSlot marks a key set that would span two Redis Cluster hash
 	// slots: a key-building bug, not an outage, refused before sending.
 	CodeCrossSlot Code = "ERR-STORE-04"
+	// CodeStoreValue marks a key whose stored value the store cannot
+	// interpret (a wrong type, a malformed or out-of-range value written by
+	// something other than sluice): that request's fault, never an outage.
+	CodeStoreValue Code = "ERR-STORE-05"
 )
 
 // Sentinel errors. Match them with errors.Is; the typed errors below wrap
@@ -49,6 +53,8 @@ var (
 	// ErrCrossSlot is returned, before anything is sent, when the keys of one
 	// request would land on two Redis Cluster hash slots.
 	ErrCrossSlot = errors.New("sluice: keys span more than one hash slot")
+	// ErrStoreValue is wrapped by every *StoreValueError.
+	ErrStoreValue = errors.New("sluice: stored value cannot be interpreted")
 	// ErrInvalidTransition is returned when a health transition that the
 	// machine does not list is asked for.
 	ErrInvalidTransition = errors.New("sluice: invalid health transition")
@@ -65,6 +71,8 @@ func CodeOf(err error) Code {
 		return CodeStoreTimeout
 	case errors.Is(err, ErrCrossSlot):
 		return CodeCrossSlot
+	case errors.Is(err, ErrStoreValue):
+		return CodeStoreValue
 	case errors.Is(err, ErrStoreUnavailable), errors.Is(err, ErrStoreClosed):
 		return CodeStoreUnavailable
 	case errors.Is(err, ErrInvalidLimit):
@@ -161,3 +169,27 @@ type UnknownNameError struct {
 func (e *UnknownNameError) Error() string {
 	return fmt.Sprintf("unknown %s %q (want %s)", e.Kind, e.Name, e.Valid)
 }
+
+// StoreValueError says that the store holds, under one key of a request, a
+// value it cannot interpret: a wrong type, a malformed string, a number out
+// of range. Nothing was read into a decision and nothing was written. It is
+// a fault of that request (of that key), not of the store: it must not
+// count toward the breaker.
+type StoreValueError struct {
+	// Index is the limit of the request whose key holds the value.
+	Index int
+	// Key is the store key (made of pseudonyms: safe to log).
+	Key string
+	// Reason says what was wrong with the value.
+	Reason string
+}
+
+func (e *StoreValueError) Error() string {
+	return fmt.Sprintf("sluice %s: limit %d: key %q holds a value the store cannot interpret: %s", CodeStoreValue, e.Index, e.Key, e.Reason)
+}
+
+// Code returns CodeStoreValue.
+func (e *StoreValueError) Code() Code { return CodeStoreValue }
+
+// Unwrap lets errors.Is(err, ErrStoreValue) match.
+func (e *StoreValueError) Unwrap() error { return ErrStoreValue }
