@@ -2,20 +2,33 @@ package domain
 
 // LogState is the counting state of one SlidingLog key: the admitted units
 // with their timestamps (unix microseconds), oldest first. Units admitted at
-// the same instant share one entry, so a key holds at most Limit entries.
+// the same instant share one entry, so a key holds at most Limit entries
+// per period it keeps.
+//
+// A request counts the units in (now−Period, ∞): units recorded at a later
+// instant than its own count too, so a clock that goes backwards never
+// admits more. Check and Committed forget a unit for good once it left the
+// window at now; KeyState keeps units longer, for callers whose instants
+// lag the latest one (rule S5 of docs/adr/009).
 //
 // The zero value is an empty log. A LogState is not safe for simultaneous
 // use; a store guards it with its own lock.
 type LogState struct {
-	// entries[head:] are the recorded entries; entries[:head] have left the
-	// window and wait to be compacted away, so that expiring the oldest
-	// entry costs O(1) instead of a copy of the whole log.
+	// entries[head:] are the recorded entries; entries[:head] were
+	// forgotten and wait to be compacted away, so that forgetting the
+	// oldest entry costs O(1) instead of a copy of the whole log.
 	entries []logEntry
 	head    int
 	total   int64 // sum of entries[head:].n
+	// entries[head:mid] are recorded but at or before the cutoff of the
+	// last count (now−Period): kept for a lagging caller, not counted at
+	// that instant. early is their sum. The cursor moves with the
+	// instants asked, in amortised O(1) while they advance.
+	mid   int
+	early int64
 }
 
-// compactAt is how many expired entries may sit before the live ones
+// compactAt is how many forgotten entries may sit before the live ones
 // before the log is compacted (and only once they are half the slice).
 const compactAt = 32
 
@@ -24,50 +37,89 @@ type logEntry struct {
 	n  int64 // units admitted at `at`
 }
 
-// trim drops the entries that left the window (now-period, now].
-func (s *LogState) trim(now int64, w Window) {
-	cutoff := now - w.PeriodMicros()
-	for s.head < len(s.entries) && s.entries[s.head].at <= cutoff {
-		s.total -= s.entries[s.head].n
+// forget drops, for good, the entries at or before cut.
+func (s *LogState) forget(cut int64) {
+	for s.head < len(s.entries) && s.entries[s.head].at <= cut {
+		n := s.entries[s.head].n
+		s.total -= n
+		if s.head < s.mid {
+			s.early -= n
+		}
 		s.head++
+	}
+	if s.mid < s.head {
+		s.mid, s.early = s.head, 0
 	}
 	switch {
 	case s.head == len(s.entries):
-		s.entries, s.head = s.entries[:0], 0
+		s.entries, s.head, s.mid, s.early = s.entries[:0], 0, 0, 0
 	case s.head >= compactAt && 2*s.head >= len(s.entries):
 		n := copy(s.entries, s.entries[s.head:])
+		s.mid -= s.head
 		s.entries, s.head = s.entries[:n], 0
 	}
 }
 
+// seek places the cursor so that entries[head:mid] are exactly those at or
+// before cut, and returns the units after cut.
+func (s *LogState) seek(cut int64) int64 {
+	for s.mid > s.head && s.entries[s.mid-1].at > cut {
+		s.mid--
+		s.early -= s.entries[s.mid].n
+	}
+	for s.mid < len(s.entries) && s.entries[s.mid].at <= cut {
+		s.early += s.entries[s.mid].n
+		s.mid++
+	}
+	return s.total - s.early
+}
+
+// Count returns the units a window of period p counts at now: those
+// recorded after now−p, later instants included. It forgets nothing.
+func (s *LogState) Count(now, p int64) int64 { return s.seek(now - p) }
+
 // Check reports whether cost units would be admitted at now, without
-// consuming anything. Expired entries are dropped on the way, which changes
-// no answer.
+// consuming anything. Entries that left the window at now are forgotten
+// on the way, which changes no answer at now or later.
 func (s *LogState) Check(now int64, w Window, cost int64) LimitStatus {
-	s.trim(now, w)
-	st := LimitStatus{Remaining: max(w.Limit-s.total, 0)}
-	if s.total+cost <= w.Limit {
+	s.forget(now - w.PeriodMicros())
+	return s.check(now, w, cost)
+}
+
+// check is Check without forgetting anything: it counts the units after
+// now−Period, whatever older ones the log still keeps.
+func (s *LogState) check(now int64, w Window, cost int64) LimitStatus {
+	p := w.PeriodMicros()
+	counted := s.seek(now - p)
+	st := LimitStatus{Remaining: max(w.Limit-counted, 0)}
+	if counted+cost <= w.Limit {
 		st.Allowed = true
 	} else {
-		// The request passes once enough of the oldest units leave.
-		need := s.total + cost - w.Limit
-		for _, e := range s.entries[s.head:] {
+		// The request passes once enough of the oldest counted units leave.
+		need := counted + cost - w.Limit
+		for _, e := range s.entries[s.mid:] {
 			need -= e.n
 			if need <= 0 {
-				st.RetryAfter = Micros(e.at + w.PeriodMicros() - now)
+				st.RetryAfter = Micros(e.at + p - now)
 				break
 			}
 		}
 	}
-	if len(s.entries) > s.head {
-		st.ResetAfter = Micros(s.entries[len(s.entries)-1].at + w.PeriodMicros() - now)
+	if len(s.entries) > s.mid {
+		st.ResetAfter = Micros(s.entries[len(s.entries)-1].at + p - now)
 	}
 	return st
 }
 
+// fit returns how many requests of cost units, one after another at now,
+// the log admits under w.
+func (s *LogState) fit(now int64, w Window, cost int64) int64 {
+	return max((w.Limit-s.seek(now-w.PeriodMicros()))/cost, 0)
+}
+
 // commit records cost units at now. Call it only after Check allowed them
 // (and, across keys, after every Check of the request allowed).
-func (s *LogState) commit(now int64, w Window, cost int64) {
+func (s *LogState) commit(now int64, cost int64) {
 	s.total += cost
 	n := len(s.entries)
 	switch {
@@ -83,11 +135,18 @@ func (s *LogState) commit(now int64, w Window, cost int64) {
 		}
 		if i > s.head && s.entries[i-1].at == now {
 			s.entries[i-1].n += cost
+			if i-1 < s.mid {
+				s.early += cost
+			}
 			return
 		}
 		s.entries = append(s.entries, logEntry{})
 		copy(s.entries[i+1:], s.entries[i:])
 		s.entries[i] = logEntry{at: now, n: cost}
+		if i < s.mid {
+			s.mid++
+			s.early += cost
+		}
 	}
 }
 
@@ -95,14 +154,14 @@ func (s *LogState) commit(now int64, w Window, cost int64) {
 // consumption. Call it only after Check allowed them (for a request, after
 // every Check of the request allowed).
 func (s *LogState) Committed(now int64, w Window, cost int64, checked LimitStatus) LimitStatus {
-	s.commit(now, w, cost)
-	checked.Remaining = max(w.Limit-s.total, 0)
-	checked.ResetAfter = Micros(s.entries[len(s.entries)-1].at + w.PeriodMicros() - now)
+	s.commit(now, cost)
+	p := w.PeriodMicros()
+	checked.Remaining = max(w.Limit-s.seek(now-p), 0)
+	checked.ResetAfter = Micros(s.entries[len(s.entries)-1].at + p - now)
 	return checked
 }
 
-// Len returns the number of admitted units still recorded (expired ones
-// included until the next Check).
+// Len returns the number of admitted units still recorded, counted or not.
 func (s *LogState) Len() int64 { return s.total }
 
 // Entries returns how many distinct instants the log records, the measure
@@ -114,12 +173,15 @@ func (s *LogState) Cap() int { return cap(s.entries) }
 
 // Idle reports whether the log holds nothing inside the window at now: the
 // key may then be dropped without changing any answer.
-func (s *LogState) Idle(now int64, w Window) bool {
+func (s *LogState) Idle(now int64, w Window) bool { return s.idleAfter(now - w.PeriodMicros()) }
+
+// idleAfter reports whether the log records nothing after cut.
+func (s *LogState) idleAfter(cut int64) bool {
 	n := len(s.entries)
-	return n == s.head || s.entries[n-1].at <= now-w.PeriodMicros()
+	return n == s.head || s.entries[n-1].at <= cut
 }
 
-// Reset empties the log.
+// Reset empties the log, keeping its backing array.
 func (s *LogState) Reset() {
-	s.entries, s.head, s.total = s.entries[:0], 0, 0
+	s.entries, s.head, s.total, s.mid, s.early = s.entries[:0], 0, 0, 0, 0
 }

@@ -1,0 +1,169 @@
+package domain
+
+// KeyState is the counting state of one key, whichever algorithm wrote it:
+// a sliding log or a GCRA state, read by a window of either algorithm
+// under the rules every sluice store follows (docs/adr/009):
+//
+//   - S1: a GCRA state carries its emission interval; read under another
+//     one it keeps its outstanding units (GCRAState).
+//   - S2: a sliding log read by a GCRA window: the log's units after
+//     now−P (P the GCRA window's period) read as TAT = now + units·T.
+//   - S3: a GCRA state read by a sliding-log window: u = ⌈(TAT−now)/T_w⌉
+//     outstanding units, all stamped at now (they leave at now+P).
+//   - S4: a sliding log under another limit or period: its timestamps
+//     speak for themselves.
+//   - S5: a sliding log forgets a unit for good only once it is older
+//     than latest − P − G, latest the latest instant the key has seen, P
+//     the longest period a sliding-log window wrote it with, G = min(grace,
+//     P): a caller lagging latest by less than G sees every unit of its
+//     window.
+//   - S6: an admitted request rewrites the key in its window's algorithm,
+//     the old state converted by S1–S3 first.
+//
+// Peek is Check alone (S7). grace is the store's, in microseconds, the
+// same on every call.
+//
+// The zero value is a key never written. A KeyState is not safe for
+// simultaneous use; a store guards it with its own lock.
+type KeyState struct {
+	algo Algorithm // which of log and gcra holds the state
+	log  LogState
+	gcra GCRAState
+	// latest is the latest instant the key has seen, valid when seen.
+	latest int64
+	seen   bool
+	// span is the longest period (µs) of the sliding-log windows that
+	// wrote the log: what it keeps (S5), so that a longer window of the
+	// same key still counts its units after a shorter one used it.
+	span int64
+}
+
+// Algorithm returns the algorithm the state was last written with; a key
+// never written reads as SlidingLog with an empty log.
+func (k *KeyState) Algorithm() Algorithm { return k.algo }
+
+// observe records now as the latest instant seen when it is.
+func (k *KeyState) observe(now int64) {
+	if !k.seen || now > k.latest {
+		k.latest, k.seen = now, true
+	}
+}
+
+// trimLog forgets the log's units that no window of the key can count any
+// more, for any caller lagging latest by less than the grace (S5).
+func (k *KeyState) trimLog(grace int64) {
+	if k.span == 0 {
+		return
+	}
+	k.log.forget(k.latest - k.span - min(grace, k.span))
+}
+
+// tat returns the TAT the key reads as under the GCRA window w at now (S1,
+// S2): now when nothing is outstanding.
+func (k *KeyState) tat(now int64, w Window, grace int64) int64 {
+	t := w.EmissionMicros()
+	if k.algo == GCRA {
+		return k.gcra.tatUnder(now, t)
+	}
+	k.trimLog(grace)
+	return now + k.log.Count(now, w.PeriodMicros())*t
+}
+
+// Check reports whether cost units would be admitted at now under w,
+// without consuming anything. Units that no window can count any more are
+// forgotten on the way (S5), which changes no answer.
+func (k *KeyState) Check(now int64, w Window, cost, grace int64) LimitStatus {
+	k.observe(now)
+	switch {
+	case w.Algorithm == GCRA:
+		return gcraCheck(k.tat(now, w, grace), now, w.EmissionMicros(), w.Limit, cost)
+	case k.algo == GCRA:
+		return stampedCheck(k.gcra.Outstanding(now), w, cost)
+	}
+	k.trimLog(grace)
+	return k.log.check(now, w, cost)
+}
+
+// stampedCheck is a sliding log's check at now of cost units on a key
+// holding u units stamped at now (S3): they leave together one period on.
+func stampedCheck(u int64, w Window, cost int64) LimitStatus {
+	st := LimitStatus{Remaining: max(w.Limit-u, 0), Allowed: u+cost <= w.Limit}
+	if !st.Allowed {
+		st.RetryAfter = w.Period
+	}
+	if u > 0 {
+		st.ResetAfter = w.Period
+	}
+	return st
+}
+
+// Fit returns how many requests of cost units, one after another at now,
+// the key admits under w: what n sequential Evaluate calls of one limit
+// would admit (domain.Repeated), computed in O(1) for GCRA and in the
+// log's amortised O(1) for a sliding log. Call it after Check at now.
+func (k *KeyState) Fit(now int64, w Window, cost, grace int64) int64 {
+	switch {
+	case w.Algorithm == GCRA:
+		return gcraFit(k.tat(now, w, grace), now, w.EmissionMicros(), w.Limit, cost)
+	case k.algo == GCRA:
+		return max((w.Limit-k.gcra.Outstanding(now))/cost, 0)
+	}
+	k.trimLog(grace)
+	return k.log.fit(now, w, cost)
+}
+
+// Committed consumes cost units at now under w and returns the status
+// after consumption, checked being what Check returned. Call it only after
+// Check allowed them (for a request, after every Check of the request
+// allowed). The key is rewritten in w's algorithm, the other algorithm's
+// state converted first (S6).
+func (k *KeyState) Committed(now int64, w Window, cost, grace int64, checked LimitStatus) LimitStatus {
+	k.observe(now)
+	if w.Algorithm == GCRA {
+		if k.algo != GCRA {
+			t := w.EmissionMicros()
+			k.gcra = GCRAState{}
+			if tat := k.tat(now, w, grace); tat > now {
+				k.gcra = GCRAState{TAT: tat, Interval: t}
+			}
+			// The zero value releases the log's backing array.
+			k.log, k.span, k.algo = LogState{}, 0, GCRA
+		}
+		return k.gcra.Committed(now, w, cost, checked)
+	}
+	if k.algo == GCRA {
+		u := k.gcra.Outstanding(now)
+		k.gcra, k.algo = GCRAState{}, SlidingLog
+		k.log.Reset()
+		if u > 0 {
+			k.log.commit(now, u)
+		}
+	}
+	k.span = max(k.span, w.PeriodMicros())
+	k.trimLog(grace)
+	return k.log.Committed(now, w, cost, checked)
+}
+
+// Idle reports whether dropping the key changes no answer for any caller
+// whose instant is at or after now: a GCRA state back to its full quota,
+// a log with no unit inside its longest window. A store passes its latest
+// instant minus its grace.
+func (k *KeyState) Idle(now int64) bool {
+	if k.algo == GCRA {
+		return k.gcra.Idle(now)
+	}
+	return k.span == 0 || k.log.idleAfter(now-k.span)
+}
+
+// LogCap returns how many entries the sliding log's backing array holds,
+// the measure of the key's memory beyond a fixed size.
+func (k *KeyState) LogCap() int { return k.log.Cap() }
+
+// Reset forgets every unit counted, keeping the log's backing array.
+func (k *KeyState) Reset() {
+	k.log.Reset()
+	k.gcra, k.algo, k.span = GCRAState{}, SlidingLog, 0
+}
+
+// Release forgets every unit counted and the log's backing array.
+func (k *KeyState) Release() { *k = KeyState{} }
