@@ -10,9 +10,16 @@ import (
 	"github.com/sluicehq/sluice/ports"
 )
 
+// ReferenceGrace is the reference store's grace (rule S5 of
+// docs/adr/009): how far a caller's instant may lag the latest one a key
+// has seen with a sliding log still counting every unit of its window. It
+// declares it with Features.Grace.
+const ReferenceGrace = time.Minute
+
 // NewReferenceStore returns a store that is correct by construction: one
-// mutex around a map of the domain's counting states, so every request is
-// checked and committed as one step. It is what fstest.MapFS is to
+// mutex around a map of the domain's counting states (domain.KeyState,
+// which applies the state rules of docs/adr/009), so every request is
+// checked and committed as one step. It implements ports.Repeater. It is what fstest.MapFS is to
 // fstest.TestFS: the suite's proof that its expectations can be met, and a
 // yardstick for other stores' answers and benchmarks.
 //
@@ -22,12 +29,11 @@ func NewReferenceStore() ports.Store {
 	return &referenceStore{keys: make(map[string]*referenceKey)}
 }
 
-// referenceKey holds both states a key may have; a key is counted by the
-// algorithm of the window it is used with.
-type referenceKey struct {
-	log  domain.LogState
-	gcra domain.GCRAState
-}
+// referenceKey is one key's state, whichever algorithm wrote it.
+type referenceKey = domain.KeyState
+
+// grace is ReferenceGrace in microseconds.
+const grace = int64(ReferenceGrace / time.Microsecond)
 
 type referenceStore struct {
 	mu     sync.Mutex
@@ -35,7 +41,10 @@ type referenceStore struct {
 	keys   map[string]*referenceKey
 }
 
-var _ ports.Store = (*referenceStore)(nil)
+var (
+	_ ports.Store    = (*referenceStore)(nil)
+	_ ports.Repeater = (*referenceStore)(nil)
+)
 
 // Evaluate implements ports.Store.
 func (s *referenceStore) Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
@@ -67,11 +76,7 @@ func (s *referenceStore) decide(ctx context.Context, now time.Time, limits []dom
 			// A key never seen has the zero state; Peek must not create it.
 			k = &referenceKey{}
 		}
-		if l.Window.Algorithm == domain.GCRA {
-			st[i] = k.gcra.Check(at, l.Window, l.Cost)
-		} else {
-			st[i] = k.log.Check(at, l.Window, l.Cost)
-		}
+		st[i] = k.Check(at, l.Window, l.Cost, grace)
 	}
 	r := domain.NewResult(st[:len(limits)])
 	if !consume || !r.Allowed {
@@ -85,13 +90,56 @@ func (s *referenceStore) decide(ctx context.Context, now time.Time, limits []dom
 			k = &referenceKey{}
 			s.keys[l.Key] = k
 		}
-		if l.Window.Algorithm == domain.GCRA {
-			st[i] = k.gcra.Committed(at, l.Window, l.Cost, st[i])
-		} else {
-			st[i] = k.log.Committed(at, l.Window, l.Cost, st[i])
-		}
+		st[i] = k.Committed(at, l.Window, l.Cost, grace, st[i])
 	}
 	return domain.NewResult(st[:len(limits)]), nil
+}
+
+// EvaluateRepeated implements ports.Repeater: how many of the n requests
+// fit is the fewest any limit fits (domain.KeyState.Fit), so a call costs
+// O(keys), not O(n).
+func (s *referenceStore) EvaluateRepeated(ctx context.Context, now time.Time, limits []domain.Limit, n int) (domain.Repeated, error) {
+	if err := ctx.Err(); err != nil {
+		return domain.Repeated{}, fmt.Errorf("conformance: reference store: %w", err)
+	}
+	if n < 1 || n > ports.MaxRepeat {
+		return domain.Repeated{}, &domain.LimitError{Index: -1, Field: "n", Reason: fmt.Sprintf("must be between 1 and %d, got %d", ports.MaxRepeat, n)}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return domain.Repeated{}, domain.ErrStoreClosed
+	}
+	if err := domain.ValidateLimits(limits); err != nil {
+		return domain.Repeated{}, err
+	}
+	at := now.UnixMicro()
+	keys := make([]*referenceKey, len(limits))
+	var st [domain.MaxLimits]domain.LimitStatus
+	k := int64(n)
+	for i, l := range limits {
+		if keys[i] = s.keys[l.Key]; keys[i] == nil {
+			keys[i] = &referenceKey{}
+			s.keys[l.Key] = keys[i]
+		}
+		st[i] = keys[i].Check(at, l.Window, l.Cost, grace)
+		k = min(k, keys[i].Fit(at, l.Window, l.Cost, grace))
+	}
+	rep := domain.Repeated{N: n, Admitted: int(k)}
+	if k > 0 {
+		for i, l := range limits {
+			st[i] = keys[i].Committed(at, l.Window, k*l.Cost, grace, domain.LimitStatus{Allowed: true})
+		}
+		rep.Last = domain.NewResult(st[:len(limits)])
+		if k == int64(n) {
+			return rep, nil
+		}
+		for i, l := range limits {
+			st[i] = keys[i].Check(at, l.Window, l.Cost, grace)
+		}
+	}
+	rep.Refused = domain.NewResult(st[:len(limits)])
+	return rep, nil
 }
 
 // Reset implements ports.Store.

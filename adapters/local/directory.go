@@ -233,7 +233,7 @@ func (s *Store) forget(sh *shard, e *entry, ifIdle bool) {
 		return
 	}
 	e.dead = true
-	e.resetLocked() // release a log's array: no one reads a dead entry
+	e.releaseLocked() // release a log's array: no one reads a dead entry
 	e.mu.Unlock()
 	s.unpark(sh, e)
 	sh.tab.Store(sh.tab.Load().remove(e))

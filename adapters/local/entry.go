@@ -16,13 +16,16 @@ type entry struct {
 
 	mu sync.Mutex
 	// Guarded by mu.
-	algo   domain.Algorithm // which of log and gcra holds the state
-	dead   bool             // left the directory: look the key up again
-	cached bool             // ristretto holds the entry (state == inCache)
-	hits   uint32           // decisions and peeks, for sampling (see access)
-	period int64            // period (µs) of the window last consumed under
-	log    domain.LogState
-	gcra   domain.GCRAState
+	dead   bool   // left the directory: look the key up again
+	cached bool   // ristretto holds the entry (state == inCache)
+	hits   uint32 // decisions and peeks, for sampling (see access)
+	// used is the latest instant (µs) a decision or peek used the entry:
+	// where it goes back in the store's list of pending entries when
+	// ristretto gives it up.
+	used int64
+	// st is the key's counting state, whichever algorithm wrote it: the
+	// domain applies the state rules of docs/adr/009.
+	st domain.KeyState
 	// logCover is how many log entries the size estimate covers: twice
 	// the capacity of the log's backing array when it last outgrew the
 	// estimate.
@@ -69,50 +72,29 @@ func (e *entry) sizeLocked() int64 {
 	return n
 }
 
-// idleLocked reports whether dropping the state changes no answer at now.
-// Called with mu held.
-func (e *entry) idleLocked(now int64) bool {
-	if e.algo == domain.GCRA {
-		return e.gcra.Idle(now)
-	}
-	return e.log.Idle(now, domain.Window{Period: domain.Micros(e.period)})
-}
+// idleLocked reports whether dropping the state changes no answer for any
+// caller at or after now. Called with mu held.
+func (e *entry) idleLocked(now int64) bool { return e.st.Idle(now) }
 
-// check reports what l would get from e at now without consuming. A nil
-// entry, or one counted with another algorithm, answers as a fresh key.
+// check reports what l would get from e at now without consuming, grace
+// being the store's IdleGrace (µs). A nil entry answers as a fresh key.
 // Called with mu held (when e is not nil).
-func check(e *entry, l *domain.Limit, now int64) domain.LimitStatus {
-	w := l.Window
-	if e == nil || e.algo != w.Algorithm {
-		if w.Algorithm == domain.GCRA {
-			var g domain.GCRAState
-			return g.Check(now, w, l.Cost)
-		}
-		var g domain.LogState
-		return g.Check(now, w, l.Cost)
+func check(e *entry, l *domain.Limit, now, grace int64) domain.LimitStatus {
+	if e == nil {
+		var fresh domain.KeyState
+		return fresh.Check(now, l.Window, l.Cost, grace)
 	}
-	if w.Algorithm == domain.GCRA {
-		return e.gcra.Check(now, w, l.Cost)
-	}
-	return e.log.Check(now, w, l.Cost)
+	return e.st.Check(now, l.Window, l.Cost, grace)
 }
 
 // commitLocked consumes l's cost at now, after check allowed it, and
-// returns the status after consumption. It reports whether a sliding log
-// outgrew its size estimate. Called with mu held.
-func (e *entry) commitLocked(l *domain.Limit, now int64, checked domain.LimitStatus) (domain.LimitStatus, bool) {
-	w := l.Window
-	if e.algo != w.Algorithm {
-		// The old algorithm's state means nothing to the new one; the zero
-		// values also release a log's backing array.
-		e.log, e.gcra, e.algo = domain.LogState{}, domain.GCRAState{}, w.Algorithm
-	}
-	e.period = w.PeriodMicros()
-	if w.Algorithm == domain.GCRA {
-		return e.gcra.Committed(now, w, l.Cost, checked), false
-	}
-	st := e.log.Committed(now, w, l.Cost, checked)
-	if c := int64(e.log.Cap()); c > e.logCover {
+// returns the status after consumption: the key is rewritten in the
+// window's algorithm (the domain converts the other one's state). It
+// reports whether a sliding log outgrew its size estimate. Called with mu
+// held.
+func (e *entry) commitLocked(l *domain.Limit, now, grace int64, checked domain.LimitStatus) (domain.LimitStatus, bool) {
+	st := e.st.Committed(now, l.Window, l.Cost, grace, checked)
+	if c := int64(e.st.LogCap()); c > e.logCover {
 		// Cover twice the capacity: the estimate stays ahead of the log
 		// until it doubles, which bounds the updates to log2(limit).
 		e.logCover = max(2*c, baseLogEntries)
@@ -122,6 +104,8 @@ func (e *entry) commitLocked(l *domain.Limit, now int64, checked domain.LimitSta
 }
 
 // resetLocked forgets every unit counted. Called with mu held.
-func (e *entry) resetLocked() {
-	e.log, e.gcra = domain.LogState{}, domain.GCRAState{}
-}
+func (e *entry) resetLocked() { e.st.Reset() }
+
+// releaseLocked forgets every unit counted and the log's array, for an
+// entry leaving the directory. Called with mu held.
+func (e *entry) releaseLocked() { e.st.Release() }

@@ -261,7 +261,7 @@ func (s *Store) decideOne(l *domain.Limit, t int64, commit bool) (domain.LimitSt
 				return domain.LimitStatus{}, err
 			}
 			if e == nil {
-				return check(nil, l, t), nil
+				return check(nil, l, t, s.grace), nil
 			}
 			after |= afterTrim
 		}
@@ -272,13 +272,13 @@ func (s *Store) decideOne(l *domain.Limit, t int64, commit bool) (domain.LimitSt
 		e.mu.Unlock()
 		e = nil
 	}
-	if !s.access(e) && after&afterTrim == 0 {
+	if !s.access(e, t) && after&afterTrim == 0 {
 		after |= afterTouch
 	}
-	st := check(e, l, t)
+	st := check(e, l, t, s.grace)
 	if commit && st.Allowed {
 		var grew bool
-		if st, grew = e.commitLocked(l, t, st); grew {
+		if st, grew = e.commitLocked(l, t, s.grace, st); grew {
 			after |= afterRecost
 		}
 	}
@@ -304,22 +304,30 @@ func (s *Store) decideMany(b *batch, limits []domain.Limit, t int64, commit bool
 	for i := range limits {
 		b.ents[i] = s.load(b.hash[i], limits[i].Key)
 	}
-	if err := s.lockAll(b, limits, commit); err != nil {
+	if err := s.lockAll(b, limits, t, commit); err != nil {
 		return err
 	}
 	allowed := true
 	for i := range limits {
-		st[i] = check(b.ents[i], &limits[i], t)
+		st[i] = check(b.ents[i], &limits[i], t, s.grace)
 		allowed = allowed && st[i].Allowed
 	}
 	if commit && allowed {
 		for i := range limits {
 			var grew bool
-			if st[i], grew = b.ents[i].commitLocked(&limits[i], t, st[i]); grew {
+			if st[i], grew = b.ents[i].commitLocked(&limits[i], t, s.grace, st[i]); grew {
 				b.after[i] |= afterRecost
 			}
 		}
 	}
+	s.unlockAll(b, n)
+	return nil
+}
+
+// unlockAll unlocks the batch's entries, then does their follow-up work.
+// A Peek leaves the entries of unknown keys nil: they have none, but the
+// keys held outside ristretto may still need trimming.
+func (s *Store) unlockAll(b *batch, n int) {
 	var follow bool
 	for i := range n {
 		if e := b.ents[i]; e != nil {
@@ -327,21 +335,25 @@ func (s *Store) decideMany(b *batch, limits []domain.Limit, t int64, commit bool
 			follow = follow || b.after[i] != 0
 		}
 	}
-	if follow {
-		for i := range n {
-			if b.after[i] != 0 {
-				s.settle(b.ents[i], b.after[i])
-			}
+	if !follow {
+		return
+	}
+	for i := range n {
+		switch e := b.ents[i]; {
+		case b.after[i] == 0:
+		case e != nil:
+			s.settle(e, b.after[i])
+		case s.over():
+			s.trim()
 		}
 	}
-	return nil
 }
 
 // lockAll locks the batch's entries in id order (so that two decisions
 // cannot deadlock), first looking up under their shard lock the ones the
 // lock-free load missed, and again the ones found dead once locked, until
 // every locked entry is live. Then it records the access to each.
-func (s *Store) lockAll(b *batch, limits []domain.Limit, create bool) error {
+func (s *Store) lockAll(b *batch, limits []domain.Limit, t int64, create bool) error {
 	n := len(limits)
 	var absent, dead [domain.MaxLimits]bool
 	for {
@@ -377,7 +389,7 @@ func (s *Store) lockAll(b *batch, limits []domain.Limit, create bool) error {
 		}
 	}
 	for i := range n {
-		if e := b.ents[i]; e != nil && !s.access(e) && b.after[i]&afterTrim == 0 {
+		if e := b.ents[i]; e != nil && !s.access(e, t) && b.after[i]&afterTrim == 0 {
 			b.after[i] |= afterTouch
 		}
 	}
@@ -402,11 +414,12 @@ func sortByID(order *[domain.MaxLimits]uint8, ents *[domain.MaxLimits]*entry, n 
 	}
 }
 
-// access records a decision's access to e and reports whether ristretto
-// holds e. Called with e.mu held, so that Close, which locks every entry
-// before it closes ristretto, never closes it under a Get.
-func (s *Store) access(e *entry) bool {
+// access records a decision's access to e at t and reports whether
+// ristretto holds e. Called with e.mu held, so that Close, which locks
+// every entry before it closes ristretto, never closes it under a Get.
+func (s *Store) access(e *entry, t int64) bool {
 	e.hits++
+	e.used = max(e.used, t)
 	if e.hits <= sampleFirst || e.hits&sampleEvery == 0 {
 		s.cache.Get(e.key)
 	}

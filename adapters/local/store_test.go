@@ -247,25 +247,38 @@ func TestReset(t *testing.T) {
 	}
 }
 
-func TestAlgorithmChangeReinitialisesTheKey(t *testing.T) {
-	st := newStore(t, Config{})
-	r, err := st.Evaluate(t.Context(), at(0), []domain.Limit{lim("k", sliding(3, time.Hour), 3)})
-	require.NoError(t, err)
-	require.True(t, r.Allowed)
-
-	g := []domain.Limit{lim("k", gcra(3, time.Hour), 1)}
-	r, err = st.Peek(t.Context(), at(time.Second), g)
-	require.NoError(t, err)
-	assert.Equal(t, int64(3), r.Remaining, "Peek must answer as a fresh GCRA key")
-	r, err = st.Evaluate(t.Context(), at(time.Second), g)
-	require.NoError(t, err)
-	assert.True(t, r.Allowed)
-	assert.Equal(t, int64(2), r.Remaining)
-
-	// And back: the sliding log starts empty again.
-	r, err = st.Evaluate(t.Context(), at(2*time.Second), []domain.Limit{lim("k", sliding(3, time.Hour), 3)})
-	require.NoError(t, err)
-	assert.True(t, r.Allowed)
+// TestAlgorithmChangeKeepsTheCount is issue 20's reproduction: 10 per
+// 10 s, 6 units spent under one algorithm, then the other at the same
+// instant. The store used to forget the other algorithm's state and admit
+// 10 more (16 in one instant); rules S2 and S3 of docs/adr/009 admit 4.
+func TestAlgorithmChangeKeepsTheCount(t *testing.T) {
+	for _, tt := range []struct {
+		name          string
+		before, after domain.Window
+	}{
+		{"sliding log then GCRA", sliding(10, 10*time.Second), gcra(10, 10*time.Second)},
+		{"GCRA then sliding log", gcra(10, 10*time.Second), sliding(10, 10*time.Second)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := newStore(t, Config{})
+			r, err := st.Evaluate(t.Context(), at(0), []domain.Limit{lim("k", tt.before, 6)})
+			require.NoError(t, err)
+			require.True(t, r.Allowed)
+			after := []domain.Limit{lim("k", tt.after, 1)}
+			r, err = st.Peek(t.Context(), at(0), after)
+			require.NoError(t, err)
+			assert.Equal(t, int64(4), r.Remaining, "Peek reads the other algorithm's units")
+			admitted := 0
+			for range 12 {
+				r, err := st.Evaluate(t.Context(), at(0), after)
+				require.NoError(t, err)
+				if r.Allowed {
+					admitted++
+				}
+			}
+			assert.Equal(t, 4, admitted, "admitted after the change, at the same instant")
+		})
+	}
 }
 
 func TestClockBackwardsNeverAdmitsMoreThanLimit(t *testing.T) {
