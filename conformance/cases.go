@@ -22,7 +22,7 @@ import (
 // windows of minutes, so they hold on a store that reads its own clock:
 // no unit can leave a window, or come back to GCRA, while they run.
 func cases() []testCase {
-	return []testCase{
+	list := []testCase{
 		// At one instant: these hold on any clock.
 		{name: "SlidingLogAdmitsExactlyLimit", run: slidingLogAdmitsExactlyLimit},
 		{name: "GCRAAdmitsExactlyLimitAsBurst", run: gcraAdmitsExactlyLimitAsBurst},
@@ -62,6 +62,10 @@ func cases() []testCase {
 		// Beyond ports.Store: stores of one fleet.
 		{name: "TwoStoresShareTheirCounts", shared: true, run: twoStoresShareTheirCounts},
 	}
+	// Changes of a key's window, and instants out of order (changes.go);
+	// the optional ports.Repeater (repeated.go).
+	list = append(list, changeCases()...)
+	return append(list, testCase{name: "RepeatedRequestsAnswerAsSequentialOnes", run: repeatedRequestsAnswerAsSequentialOnes})
 }
 
 // algorithms lists both algorithms, for properties that hold for each.

@@ -81,6 +81,15 @@ type Features struct {
 	// a case then opens two stores and checks that each sees the other's
 	// units and resets, and that closing one leaves the other working.
 	Shared bool
+	// Grace is the store's grace for instants out of order (rule S5 of
+	// docs/adr/009): a sliding log forgets a unit only once it is older
+	// than the latest instant the key has seen minus its period and
+	// min(Grace, period), so a caller lagging that instant by less than
+	// Grace still sees every unit of its window. The local store's is
+	// Config.IdleGrace. The out-of-order case steps back by less than
+	// min(Grace, 6 s); a store that declares zero runs it with no step
+	// back, so it is never skipped.
+	Grace time.Duration
 }
 
 // Run checks that the stores made by newStore keep the whole ports.Store
@@ -199,7 +208,9 @@ type env struct {
 	// this machine's clock, so a duration may fall short by time.Since(start).
 	ownClock bool
 	start    time.Time
-	keys     *keySet
+	// grace is Features.Grace.
+	grace time.Duration
+	keys  *keySet
 }
 
 // keySet is the keys a case used, reset when it ends. Parallel nested
@@ -221,6 +232,7 @@ func newEnv(t tb, f Features, newStore func(t testing.TB) ports.Store) *env {
 		// microseconds, the unit every store counts in.
 		t0:       time.Now().Truncate(time.Second),
 		ownClock: f.ServerTime,
+		grace:    f.Grace,
 		keys:     &keySet{used: map[string]bool{}},
 	}
 	// Cleanups run last-in first-out, so this runs before the Close the

@@ -70,6 +70,18 @@ const (
 	// staleRemaining reports, on an allowed Evaluate, the remaining count
 	// from before consumption.
 	staleRemaining
+	// forgetsOtherAlgorithm reads a key written under the other algorithm
+	// as fresh, and drops its state when it commits (issue 20).
+	forgetsOtherAlgorithm
+	// gcraWithoutInterval reads a GCRA TAT with the reading window's
+	// emission interval, whatever it was written with (issue 15).
+	gcraWithoutInterval
+	// trimsWithoutGrace forgets a sliding log's units once they left the
+	// window at the latest instant the key has seen (issue 21).
+	trimsWithoutGrace
+	// repeatedOverAdmits admits, in EvaluateRepeated, one request more
+	// than fits.
+	repeatedOverAdmits
 )
 
 var faultNames = map[fault]string{
@@ -92,6 +104,10 @@ var faultNames = map[fault]string{
 	resetByPrefix:           "ResetByPrefix",
 	openAfterClose:          "OpenAfterClose",
 	staleRemaining:          "StaleRemaining",
+	forgetsOtherAlgorithm:   "ForgetsOtherAlgorithm",
+	gcraWithoutInterval:     "GCRAWithoutInterval",
+	trimsWithoutGrace:       "TrimsWithoutGrace",
+	repeatedOverAdmits:      "RepeatedOverAdmits",
 }
 
 func (f fault) String() string { return faultNames[f] }
@@ -107,14 +123,90 @@ type faultyStore struct {
 	closed bool
 	logs   map[string][]int64 // sliding log: one timestamp per unit, ascending
 	tats   map[string]int64   // GCRA: theoretical arrival time
+	ivals  map[string]int64   // GCRA: the emission interval the TAT was written with
 	seen   map[string]int64   // latest instant per key
 }
 
 func newFaultyStore(f fault) *faultyStore {
-	return &faultyStore{fault: f, logs: map[string][]int64{}, tats: map[string]int64{}, seen: map[string]int64{}}
+	return &faultyStore{fault: f, logs: map[string][]int64{}, tats: map[string]int64{}, ivals: map[string]int64{}, seen: map[string]int64{}}
 }
 
-var _ ports.Store = (*faultyStore)(nil)
+var (
+	_ ports.Store    = (*faultyStore)(nil)
+	_ ports.Repeater = (*faultyStore)(nil)
+)
+
+// EvaluateRepeated decides the n requests one after another, the obvious
+// way; with repeatedOverAdmits the first refused one is committed anyway.
+func (s *faultyStore) EvaluateRepeated(ctx context.Context, now time.Time, limits []domain.Limit, n int) (domain.Repeated, error) {
+	if n < 1 || n > ports.MaxRepeat {
+		return domain.Repeated{}, &domain.LimitError{Index: -1, Field: "n", Reason: "out of range"}
+	}
+	rep := domain.Repeated{N: n}
+	for i := range n {
+		r, err := s.decide(ctx, now, limits, true)
+		if err != nil {
+			return domain.Repeated{}, err
+		}
+		if !r.Allowed && s.fault == repeatedOverAdmits && i == rep.Admitted {
+			s.mu.Lock()
+			at := now.UnixMicro()
+			st := make([]domain.LimitStatus, len(limits))
+			for j, l := range limits {
+				st[j] = s.commit(at, l)
+			}
+			s.mu.Unlock()
+			r = domain.NewResult(st)
+		}
+		if !r.Allowed {
+			rep.Refused = r
+			break
+		}
+		rep.Admitted, rep.Last = rep.Admitted+1, r
+	}
+	return rep, nil
+}
+
+// isGCRA reports whether key's state was last written as GCRA.
+func (s *faultyStore) isGCRA(key string) bool {
+	_, ok := s.ivals[key]
+	return ok
+}
+
+// tatAt returns the TAT key reads as under a GCRA window of emission
+// interval t at `at`: a sliding log's units after at−p (rule S2), or its
+// own TAT converted from the interval it was written with (S1).
+func (s *faultyStore) tatAt(at int64, l domain.Limit, t int64) int64 {
+	k, p := l.Key, l.Window.Period.Microseconds()
+	if !s.isGCRA(k) {
+		if s.fault == forgetsOtherAlgorithm {
+			return at
+		}
+		n := int64(0)
+		for _, ts := range s.logs[k] {
+			if ts > at-p {
+				n++
+			}
+		}
+		return at + n*t
+	}
+	tat, ival := s.tats[k], s.ivals[k]
+	if tat <= at || ival == t || s.fault == gcraWithoutInterval {
+		return tat
+	}
+	u := (tat - at + ival - 1) / ival
+	return at + min(u*t, domain.MaxPeriod.Microseconds())
+}
+
+// outstanding returns the units a GCRA key holds at `at` for a sliding
+// log (rule S3).
+func (s *faultyStore) outstanding(at int64, key string) int64 {
+	tat, ival := s.tats[key], s.ivals[key]
+	if tat <= at || s.fault == forgetsOtherAlgorithm {
+		return 0
+	}
+	return (tat - at + ival - 1) / ival
+}
 
 func (s *faultyStore) Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
 	return s.decide(ctx, now, limits, true)
@@ -162,8 +254,13 @@ func (s *faultyStore) decide(ctx context.Context, now time.Time, limits []domain
 		if s.fault == forgetsOnBackwardsClock && at < s.seen[l.Key] {
 			delete(s.logs, l.Key)
 			delete(s.tats, l.Key)
+			delete(s.ivals, l.Key)
 		}
 		s.seen[l.Key] = max(s.seen[l.Key], at)
+		if s.fault == trimsWithoutGrace {
+			p := l.Window.Period.Microseconds()
+			s.logs[l.Key] = slices.DeleteFunc(s.logs[l.Key], func(ts int64) bool { return ts <= s.seen[l.Key]-p })
+		}
 		st[i] = s.check(at, l)
 		if s.fault == notAtomic && consume && st[i].Allowed {
 			st[i] = s.commit(at, l)
@@ -236,6 +333,12 @@ func (s *faultyStore) emission(w domain.Window) int64 {
 func (s *faultyStore) counted(at int64, l domain.Limit) []int64 {
 	p := l.Window.Period.Microseconds()
 	var in []int64
+	if s.isGCRA(l.Key) {
+		for range s.outstanding(at, l.Key) {
+			in = append(in, at)
+		}
+		return in
+	}
 	for _, ts := range s.logs[l.Key] {
 		switch {
 		case s.fault == fixedWindow:
@@ -263,7 +366,7 @@ func (s *faultyStore) check(at int64, l domain.Limit) domain.LimitStatus {
 	if w.Algorithm == domain.GCRA {
 		t := s.emission(w)
 		capacity := t * w.Limit
-		base := max(s.tats[l.Key], at)
+		base := max(s.tatAt(at, l, t), at)
 		next := base + cost*t
 		st := domain.LimitStatus{
 			Allowed:    next-at <= capacity+slack*t,
@@ -309,8 +412,20 @@ func (s *faultyStore) check(at int64, l domain.Limit) domain.LimitStatus {
 func (s *faultyStore) commit(at int64, l domain.Limit) domain.LimitStatus {
 	cost := s.cost(l)
 	if l.Window.Algorithm == domain.GCRA {
-		s.tats[l.Key] = max(s.tats[l.Key], at) + cost*s.emission(l.Window)
+		t := s.emission(l.Window)
+		s.tats[l.Key] = max(s.tatAt(at, l, t), at) + cost*t
+		s.ivals[l.Key] = t
+		delete(s.logs, l.Key)
 	} else {
+		if s.isGCRA(l.Key) {
+			var log []int64
+			for range s.outstanding(at, l.Key) {
+				log = append(log, at)
+			}
+			s.logs[l.Key] = log
+			delete(s.tats, l.Key)
+			delete(s.ivals, l.Key)
+		}
 		log := s.logs[l.Key]
 		for range cost {
 			log = append(log, at)
@@ -336,6 +451,7 @@ func (s *faultyStore) Reset(ctx context.Context, key string) error {
 		if k == key || s.fault == resetForgetsEverything || s.fault == resetByPrefix && strings.HasPrefix(k, key) {
 			delete(s.logs, k)
 			delete(s.tats, k)
+			delete(s.ivals, k)
 		}
 	}
 	return nil
@@ -422,6 +538,10 @@ func TestSuiteFailsFaultyStores(t *testing.T) {
 		resetByPrefix:           {"ResetForgetsOnlyThatKey"},
 		openAfterClose:          {"ClosedStoreReturnsErrStoreClosed"},
 		staleRemaining:          {"SlidingLogAdmitsExactlyLimit", "GCRAAdmitsExactlyLimitAsBurst", "ConcurrentRequestsOnOneKeyAdmitExactlyLimit"},
+		forgetsOtherAlgorithm:   {"AlgorithmChangeKeepsConsumedUnits", "WindowChangeAtOneInstantAdmitsExactlyWhatIsLeft", "AlgorithmChangeMidWindowKeepsOutstandingUnits"},
+		gcraWithoutInterval:     {"GCRALimitChangeKeepsConsumedUnits", "WindowChangeAtOneInstantAdmitsExactlyWhatIsLeft", "LimitChangeMidWindowKeepsOutstandingUnits"},
+		trimsWithoutGrace:       {"OutOfOrderInstantsWithinGraceNeverOverAdmit"},
+		repeatedOverAdmits:      {"RepeatedRequestsAnswerAsSequentialOnes"},
 	}
 	for f := noFault + 1; int(f) < len(faultNames); f++ {
 		t.Run(f.String(), func(t *testing.T) {
@@ -430,7 +550,9 @@ func TestSuiteFailsFaultyStores(t *testing.T) {
 			if !ok {
 				t.Fatalf("fault %s has no expected failures", f)
 			}
-			failed, _ := checkFaulty(Features{}, f)
+			// The faulty store never forgets a unit unless told to: it
+			// declares the reference store's grace.
+			failed, _ := checkFaulty(Features{Grace: ReferenceGrace}, f)
 			got := failed.Cases()
 			t.Logf("failed: %s", strings.Join(got, ", "))
 			for _, name := range want {

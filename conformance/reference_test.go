@@ -13,7 +13,7 @@ func newReference(t testing.TB) ports.Store {
 }
 
 func TestReferenceStore(t *testing.T) {
-	Run(t, newReference)
+	RunWith(t, Features{Grace: ReferenceGrace}, newReference)
 }
 
 func BenchmarkReferenceStore(b *testing.B) {

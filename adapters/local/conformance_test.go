@@ -11,14 +11,15 @@ import (
 // on one whose cache fits no entry, so that every key lives outside
 // ristretto and the suite's exactness is checked on the pending path too.
 // The local store counts on the instant it is given, one state per store:
-// the full contract, no Features.
+// the full contract, with its IdleGrace as the grace for instants out of
+// order (rule S5 of docs/adr/009).
 func TestConformance(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		cfg  Config
 	}{{"default", Config{}}, {"nothing cached", tinyCache}} {
 		t.Run(c.name, func(t *testing.T) {
-			conformance.Run(t, func(t testing.TB) ports.Store { return newStore(t, c.cfg) })
+			conformance.RunWith(t, conformance.Features{Grace: DefaultIdleGrace}, func(t testing.TB) ports.Store { return newStore(t, c.cfg) })
 		})
 	}
 }
