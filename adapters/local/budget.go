@@ -42,6 +42,9 @@ const (
 	// dirBytes is a key's slot in the directory's table, whose load stays
 	// between 1/8 and 1/2 (8-byte slots).
 	dirBytes = 64
+	// handoffBytes is a key's slot in the hand-off queue (a pointer in a
+	// slice that may be twice as long as it needs).
+	handoffBytes = 16
 	// logEntryBytes is one sliding-log entry (a timestamp and a count).
 	logEntryBytes = 16
 	// baseLogEntries is what the first estimate of a sliding log covers.

@@ -166,8 +166,18 @@ func (s *Store) touchLocked(sh *shard, e *entry) {
 func (s *Store) offer(sh *shard, e *entry) {
 	e.misses = 0
 	c := e.charge + itemBytes
-	if sh.closed || s.inflight.Load() >= maxInflightSets ||
-		s.inflightBytes.Load() > 0 && s.inflightBytes.Load()+c > s.inflightCap.Load() {
+	if sh.closed {
+		return
+	}
+	if !s.roomInFlight(c) {
+		// Offered again as soon as ristretto takes the writes in flight
+		// (handOff), not only at the key's next access: a key used once
+		// would otherwise wait outside ristretto until trimmed, far below
+		// the bound.
+		if !e.deferred {
+			e.deferred = true
+			s.handoff.push(e)
+		}
 		return
 	}
 	if !s.cache.Set(e.key, e, 0) { // cost 0: ristretto asks admitting
@@ -182,6 +192,69 @@ func (s *Store) offer(sh *shard, e *entry) {
 	s.outBytes.Add(c)
 	s.inflightBytes.Add(c)
 	s.inflight.Add(1)
+}
+
+// roomInFlight reports whether a Set of c bytes fits in the writes on
+// their way to ristretto.
+func (s *Store) roomInFlight(c int64) bool {
+	n := s.inflightBytes.Load()
+	return s.inflight.Load() < maxInflightSets && (n == 0 || n+c <= s.inflightCap.Load())
+}
+
+// handoffQueue is the entries the in-flight limit kept from ristretto,
+// oldest first. Its lock is taken inside a shard lock, never the other
+// way round.
+type handoffQueue struct {
+	mu   sync.Mutex
+	q    []*entry
+	head int
+}
+
+func (h *handoffQueue) push(e *entry) {
+	h.mu.Lock()
+	h.q = append(h.q, e)
+	h.mu.Unlock()
+}
+
+// pop returns the oldest entry, or nil.
+func (h *handoffQueue) pop() *entry {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.head == len(h.q) {
+		h.q, h.head = h.q[:0], 0
+		return nil
+	}
+	e := h.q[h.head]
+	h.q[h.head] = nil
+	h.head++
+	return e
+}
+
+// handOff offers the deferred entries to ristretto, oldest first, while
+// the writes in flight leave room. The sweeper runs it when ristretto
+// takes a write (admit).
+func (s *Store) handOff() {
+	for {
+		e := s.handoff.pop()
+		if e == nil {
+			return
+		}
+		sh := s.shardOf(e.hash)
+		sh.mu.Lock()
+		if !e.deferred {
+			sh.mu.Unlock()
+			continue
+		}
+		e.deferred = false
+		if e.state == pending && !e.slot && !e.delQueued {
+			s.offer(sh, e)
+		}
+		full := e.deferred // offer queued it again: no room yet
+		sh.mu.Unlock()
+		if full {
+			return
+		}
+	}
 }
 
 func grow(backoff int32) int32 { return min(max(2*backoff, 1), maxBackoff) }
@@ -237,7 +310,7 @@ func (s *Store) forget(sh *shard, e *entry, ifIdle bool) {
 	e.mu.Unlock()
 	s.unpark(sh, e)
 	sh.tab.Store(sh.tab.Load().remove(e))
-	e.state = forgotten
+	e.state, e.deferred = forgotten, false
 	if idle {
 		s.stats.expired.Add(1)
 	} else {
@@ -248,8 +321,12 @@ func (s *Store) forget(sh *shard, e *entry, ifIdle bool) {
 // forgettable reports whether e may leave the directory now.
 func forgettable(e *entry) bool { return e.state == pending && !e.slot && !e.delQueued }
 
-// over reports whether the keys held outside ristretto exceed their share.
-func (s *Store) over() bool { return s.outBytes.Load() > s.outCap.Load() }
+// over reports whether the keys held outside ristretto exceed their share,
+// with the room ristretto's own share has left: a burst of new keys
+// outruns ristretto's goroutine, and may wait outside it in memory the
+// cache does not use yet, since every byte of it is counted once, either
+// side. Only at the bound is a live key forgotten.
+func (s *Store) over() bool { return s.outBytes.Load() > s.outCap.Load()+s.cacheRoom.Load() }
 
 // trim forgets the least recently used pending entries while the keys held
 // outside ristretto exceed their share. Called without any lock: each
@@ -295,10 +372,22 @@ func (s *Store) idle(e *entry) bool {
 // keys held outside ristretto trimmed to their new share.
 func (s *Store) admitting(e *entry) int64 {
 	size, reshared := s.admit(e)
+	s.noteRoom(size)
 	if reshared {
 		s.trim()
 	}
 	return size
+}
+
+// noteRoom records the room left in ristretto's share once coming more
+// bytes are added: what the keys held outside it may borrow (over). It
+// runs on ristretto's goroutine, from its callbacks, with no lock of the
+// store held.
+func (s *Store) noteRoom(coming int64) {
+	if s.closing.Load() {
+		return
+	}
+	s.cacheRoom.Store(max(s.cache.RemainingCost()-coming, 0))
 }
 
 func (s *Store) admit(e *entry) (size int64, reshared bool) {
@@ -316,6 +405,10 @@ func (s *Store) admit(e *entry) (size int64, reshared bool) {
 	s.outBytes.Add(-e.charge)
 	s.inflightBytes.Add(-e.charge)
 	s.inflight.Add(-1)
+	select {
+	case s.offerWake <- struct{}{}:
+	default: // a hand-off is already due
+	}
 	e.state, e.slot, e.charge, e.backoff = inCache, true, 0, 0
 	sh.cached++
 	if n := s.slots.Add(1); n > s.peakSlots.Load() {
@@ -332,11 +425,19 @@ func (s *Store) rebudget() {
 	s.outCap.Store(out)
 	s.inflightCap.Store(out / 2)
 	s.cache.UpdateMaxCost(cache)
+	s.cacheRoom.Store(max(s.cache.RemainingCost(), 0))
 }
 
 // rejected and evicted are ristretto's OnReject and OnEvict.
-func (s *Store) rejected(item *ristretto.Item[*entry]) { s.displaced(item.Value, true) }
-func (s *Store) evicted(item *ristretto.Item[*entry])  { s.displaced(item.Value, false) }
+func (s *Store) rejected(item *ristretto.Item[*entry]) {
+	s.noteRoom(0)
+	s.displaced(item.Value, true)
+}
+
+func (s *Store) evicted(item *ristretto.Item[*entry]) {
+	s.noteRoom(-item.Cost)
+	s.displaced(item.Value, false)
+}
 
 // displaced handles ristretto giving e up: refused at admission, or
 // evicted. A live entry stays in the directory, pending; an idle one is
@@ -526,6 +627,8 @@ func (s *Store) sweeper() {
 			return
 		case <-s.wake:
 			s.sweep()
+		case <-s.offerWake:
+			s.handOff()
 		case <-s.delWake:
 			s.sweepMu.Lock()
 			for i := range s.shards {

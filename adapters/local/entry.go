@@ -35,6 +35,7 @@ type entry struct {
 	state     uint8 // pending, inFlight, inCache or forgotten
 	slot      bool  // ristretto's maps hold the entry (counted in Store.slots)
 	delQueued bool  // a Del of the key waits for the sweeper
+	deferred  bool  // waits in the store's hand-off queue for room in flight
 	misses    int32 // accesses while pending since the last Set
 	backoff   int32 // accesses while pending to wait before the next Set
 	// charge is what the entry counts against the share of keys held
@@ -65,7 +66,7 @@ const (
 // its directory slot and its sliding log's backing array. Called with mu
 // held.
 func (e *entry) sizeLocked() int64 {
-	n := entryBytes + sizeClass(int64(len(e.key))) + dirBytes
+	n := entryBytes + sizeClass(int64(len(e.key))) + dirBytes + handoffBytes
 	if e.logCover > 0 {
 		n += sizeClass(e.logCover * logEntryBytes)
 	}

@@ -76,12 +76,18 @@ type Store struct {
 	// The shares of MaxMemory (see plan.shares) and what counts against
 	// them: every entry outside ristretto (outBytes), those on their way to
 	// it (inflightBytes, inflight) and the keys its maps hold (slots).
-	outCap, inflightCap               atomic.Int64
+	outCap, inflightCap atomic.Int64
+	// cacheRoom is what ristretto's share has left, as last seen from its
+	// callbacks: the keys held outside it may borrow it (over).
+	cacheRoom                         atomic.Int64
 	outBytes, inflightBytes, inflight atomic.Int64
 	slots, peakSlots                  atomic.Int64 // lru lists the pending entries the store may forget.
 	lru                               lru
 
-	wake, delWake, stop, sweepDone chan struct{}
+	// handoff holds the entries the in-flight limit kept from ristretto.
+	handoff handoffQueue
+
+	wake, delWake, offerWake, stop, sweepDone chan struct{}
 
 	stats struct {
 		dropped, expired, evicted, rejected, setsDropped atomic.Uint64
@@ -112,6 +118,7 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 		grace:      int64(cfg.IdleGrace / time.Microsecond),
 		wake:       make(chan struct{}, 1),
 		delWake:    make(chan struct{}, 1),
+		offerWake:  make(chan struct{}, 1),
 		stop:       make(chan struct{}),
 		sweepDone:  make(chan struct{}),
 	}
@@ -123,6 +130,7 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	cacheCost, out := p.shares(0)
 	s.outCap.Store(out)
 	s.inflightCap.Store(out / 2)
+	s.cacheRoom.Store(cacheCost)
 	cache, err := ristretto.NewCache(&ristretto.Config[string, *entry]{
 		NumCounters: p.counters,
 		MaxCost:     cacheCost,
