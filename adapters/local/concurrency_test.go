@@ -71,6 +71,7 @@ func TestOneKeyUnderContention(t *testing.T) {
 				close(start)
 				wg.Wait()
 				assert.Equal(t, int64(limit), passed.Load())
+				st.Wait() // ristretto has decided on the key's Set
 				stats := st.Stats()
 				assert.Zero(t, stats.Dropped, "no state may be dropped with pending room left")
 				if c.cfg == tinyCache {

@@ -37,22 +37,47 @@ type shard struct {
 
 // lru is the store's list of the pending entries it may forget, least
 // recently used first: the bound costs the keys no longer in use first.
-// Its lock is taken inside a shard lock, never the other way round.
+// An entry's rank is the instant it was last used (entry.used) when it
+// joined the list, or the newest rank when an access moved it to the
+// back, so the list stays in order of use: an entry ristretto gives up
+// goes back behind the entries used since, not ahead of them. Its lock is
+// taken inside a shard lock, never the other way round.
 type lru struct {
 	mu         sync.Mutex
 	head, tail *entry
 }
 
-func (l *lru) push(e *entry) {
+// lruWalk bounds how far back from the tail an entry is placed by its
+// rank: past it, it goes there, among entries about as recent.
+const lruWalk = 64
+
+// push lists e by its rank.
+func (l *lru) push(e *entry, rank int64) {
 	l.mu.Lock()
-	e.listed, e.prev, e.next = true, l.tail, nil
-	if l.tail != nil {
-		l.tail.next = e
+	l.insertLocked(e, rank)
+	l.mu.Unlock()
+}
+
+// insertLocked places e after the last entry of at most its rank,
+// walking back from the tail at most lruWalk entries.
+func (l *lru) insertLocked(e *entry, rank int64) {
+	after := l.tail
+	for i := 0; after != nil && after.rank > rank && i < lruWalk; i++ {
+		after = after.prev
+	}
+	e.listed, e.rank, e.prev = true, rank, after
+	if after != nil {
+		e.next = after.next
+		after.next = e
 	} else {
+		e.next = l.head
 		l.head = e
 	}
-	l.tail = e
-	l.mu.Unlock()
+	if e.next != nil {
+		e.next.prev = e
+	} else {
+		l.tail = e
+	}
 }
 
 func (l *lru) remove(e *entry) {
@@ -75,14 +100,12 @@ func (l *lru) removeLocked(e *entry) {
 	e.listed, e.prev, e.next = false, nil, nil
 }
 
-// touch moves a listed e to the tail.
-func (l *lru) touch(e *entry) {
+// touch moves a listed e, just used at instant used, to the tail.
+func (l *lru) touch(e *entry, used int64) {
 	l.mu.Lock()
 	if e.listed && l.tail != e {
 		l.removeLocked(e)
-		e.listed, e.prev = true, l.tail
-		l.tail.next = e
-		l.tail = e
+		l.insertLocked(e, max(l.tail.rank, used))
 	}
 	l.mu.Unlock()
 }
@@ -110,15 +133,15 @@ func (s *Store) load(h uint64, key string) *entry {
 // errClosed once Close began. It never forgets an entry, so that a
 // decision's entries stay alive until it locks them: the decision trims
 // once it is done (settle).
-func (s *Store) lookup(h uint64, l *domain.Limit, create bool) (*entry, error) {
+func (s *Store) lookup(h uint64, l *domain.Limit, t int64, create bool) (*entry, error) {
 	sh := s.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.closed {
 		return nil, errClosed
 	}
-	t := sh.tab.Load()
-	if e := t.find(h, l.Key); e != nil {
+	tab := sh.tab.Load()
+	if e := tab.find(h, l.Key); e != nil {
 		s.touchLocked(sh, e)
 		return e, nil
 	}
@@ -127,12 +150,12 @@ func (s *Store) lookup(h uint64, l *domain.Limit, create bool) (*entry, error) {
 	}
 	// A copy, so that an entry never pins a caller's larger buffer and its
 	// size estimate counts what it holds.
-	e := &entry{key: strings.Clone(l.Key), hash: h, id: s.nextID.Add(1)}
+	e := &entry{key: strings.Clone(l.Key), hash: h, id: s.nextID.Add(1), used: t}
 	if l.Window.Algorithm == domain.SlidingLog {
 		e.logCover = baseLogEntries
 	}
 	s.park(sh, e, e.sizeLocked()) // no one else can hold e yet
-	sh.tab.Store(t.insert(e))
+	sh.tab.Store(tab.insert(e))
 	s.offer(sh, e)
 	return e, nil
 }
@@ -146,7 +169,7 @@ func (s *Store) touchLocked(sh *shard, e *entry) {
 		return
 	}
 	if e.listed {
-		s.lru.touch(e)
+		s.lru.touch(e, e.lastUse())
 	}
 	if e.slot || e.delQueued {
 		return
@@ -268,7 +291,7 @@ func (s *Store) park(sh *shard, e *entry, size int64) {
 	s.outBytes.Add(size)
 	sh.pending++
 	if forgettable(e) {
-		s.lru.push(e)
+		s.lru.push(e, e.lastUse())
 	}
 }
 
@@ -287,7 +310,7 @@ func (s *Store) unpark(sh *shard, e *entry) {
 // Del holds it any more. Called with the shard lock held.
 func (s *Store) relist(e *entry) {
 	if forgettable(e) && !e.listed {
-		s.lru.push(e)
+		s.lru.push(e, e.lastUse())
 	}
 }
 
@@ -409,7 +432,7 @@ func (s *Store) admit(e *entry) (size int64, reshared bool) {
 	case s.offerWake <- struct{}{}:
 	default: // a hand-off is already due
 	}
-	e.state, e.slot, e.charge, e.backoff = inCache, true, 0, 0
+	e.state, e.slot, e.charge, e.backoff, e.cost = inCache, true, 0, 0, size
 	sh.cached++
 	if n := s.slots.Add(1); n > s.peakSlots.Load() {
 		s.peakSlots.Store(n) // only this goroutine raises it
@@ -466,12 +489,22 @@ func (s *Store) displaced(e *entry, refused bool) {
 // entry counted in the cache goes back to the pending list, or is
 // forgotten if idle. Called with the shard lock held.
 func (s *Store) leave(sh *shard, e *entry) {
+	freed := e.slot
 	if e.slot {
 		e.slot = false
 		s.slots.Add(-1)
 	}
 	if e.state != inCache {
 		if e.state == pending {
+			if freed {
+				// A grown entry was charged its growth only while
+				// ristretto still counted its old size: now all of it.
+				e.mu.Lock()
+				size := e.sizeLocked()
+				e.mu.Unlock()
+				s.outBytes.Add(size - e.charge)
+				e.charge = size
+			}
 			s.relist(e)
 		}
 		return
@@ -490,14 +523,20 @@ func (s *Store) leave(sh *shard, e *entry) {
 // recostLocked records that e's sliding log outgrew its size estimate. The
 // bytes counted for a pending entry, or one on its way, grow; an entry
 // ristretto holds leaves the cache (a Del, by the sweeper) to be admitted
-// again at its new size, evicting what ristretto must. Called with the
-// shard lock held.
+// again at its new size, evicting what ristretto must. Until the Del is
+// done, ristretto still counts the old size, and the share held outside
+// it only the growth: a flood of keys whose logs grow together does not
+// count them twice and push out the keys in use. Called with the shard
+// lock held.
 func (s *Store) recostLocked(sh *shard, e *entry) {
 	e.mu.Lock()
 	size := e.sizeLocked()
 	e.mu.Unlock()
 	switch e.state {
 	case pending:
+		if e.slot {
+			size = max(size-e.cost, 0)
+		}
 		s.outBytes.Add(size - e.charge)
 		e.charge = size
 	case inFlight:
@@ -510,7 +549,7 @@ func (s *Store) recostLocked(sh *shard, e *entry) {
 		e.mu.Lock()
 		e.cached = false
 		e.mu.Unlock()
-		s.park(sh, e, size)
+		s.park(sh, e, max(size-e.cost, 0))
 		s.queueDel(sh, e)
 	}
 }
@@ -614,6 +653,12 @@ func (s *Store) delDone(sh *shard, e *entry) {
 	s.relist(e)
 	if forgettable(e) {
 		s.forget(sh, e, true)
+	}
+	if e.state == pending && forgettable(e) {
+		// Live, and out of ristretto at its new size: offered again at
+		// once, not at its next access, so that a key in use does not
+		// wait in the share held outside ristretto.
+		s.offer(sh, e)
 	}
 }
 

@@ -39,12 +39,16 @@ type entry struct {
 	misses    int32 // accesses while pending since the last Set
 	backoff   int32 // accesses while pending to wait before the next Set
 	// charge is what the entry counts against the share of keys held
-	// outside ristretto: its size while pending, plus ristretto's Item while
-	// in flight.
+	// outside ristretto: its size while pending (its growth only while
+	// ristretto still counts its old size), plus ristretto's Item while in
+	// flight.
 	charge int64
+	// cost is the size ristretto counts for the entry, from its admission.
+	cost int64
 
 	// Guarded by the store's lru lock.
 	listed     bool   // in the store's list of entries it may forget
+	rank       int64  // its place in that list (see lru)
 	prev, next *entry // that list
 }
 
@@ -61,6 +65,14 @@ const (
 	// forgotten: out of the directory; its key starts afresh.
 	forgotten
 )
+
+// lastUse returns the latest instant a decision used e. Called without
+// e.mu held.
+func (e *entry) lastUse() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.used
+}
 
 // sizeLocked returns the entry's estimated heap bytes: itself, its key,
 // its directory slot and its sliding log's backing array. Called with mu

@@ -265,7 +265,7 @@ func (s *Store) decideOne(l *domain.Limit, t int64, commit bool) (domain.LimitSt
 	for {
 		if e == nil {
 			var err error
-			if e, err = s.lookup(h, l, commit); err != nil {
+			if e, err = s.lookup(h, l, t, commit); err != nil {
 				return domain.LimitStatus{}, err
 			}
 			if e == nil {
@@ -367,7 +367,7 @@ func (s *Store) lockAll(b *batch, limits []domain.Limit, t int64, create bool) e
 	for {
 		for i := range n {
 			if b.ents[i] == nil && !absent[i] {
-				e, err := s.lookup(b.hash[i], &limits[i], create)
+				e, err := s.lookup(b.hash[i], &limits[i], t, create)
 				if err != nil {
 					return err
 				}
