@@ -26,16 +26,16 @@ package domain
 // The zero value is a key never written. A KeyState is not safe for
 // simultaneous use; a store guards it with its own lock.
 type KeyState struct {
-	algo Algorithm // which of log and gcra holds the state
 	log  LogState
 	gcra GCRAState
 	// latest is the latest instant the key has seen, valid when seen.
 	latest int64
-	seen   bool
 	// span is the longest period (µs) of the sliding-log windows that
 	// wrote the log: what it keeps (S5), so that a longer window of the
 	// same key still counts its units after a shorter one used it.
 	span int64
+	algo Algorithm // which of log and gcra holds the state
+	seen bool
 }
 
 // Algorithm returns the algorithm the state was last written with; a key

@@ -18,13 +18,15 @@ type LogState struct {
 	// forgotten and wait to be compacted away, so that forgetting the
 	// oldest entry costs O(1) instead of a copy of the whole log.
 	entries []logEntry
-	head    int
-	total   int64 // sum of entries[head:].n
+	// head and mid are int32, as no log holds 2³¹ entries: a smaller
+	// state is a smaller entry in a store.
+	head, mid int32
+	total     int64 // sum of entries[head:].n
 	// entries[head:mid] are recorded but at or before the cutoff of the
 	// last count (now−Period): kept for a lagging caller, not counted at
-	// that instant. early is their sum. The cursor moves with the
-	// instants asked, in amortised O(1) while they advance.
-	mid   int
+	// that instant (mid is declared with head). early is their sum. The
+	// cursor moves with the instants asked, in amortised O(1) while they
+	// advance.
 	early int64
 }
 
@@ -37,9 +39,12 @@ type logEntry struct {
 	n  int64 // units admitted at `at`
 }
 
+// size returns the length of entries.
+func (s *LogState) size() int32 { return int32(len(s.entries)) }
+
 // forget drops, for good, the entries at or before cut.
 func (s *LogState) forget(cut int64) {
-	for s.head < len(s.entries) && s.entries[s.head].at <= cut {
+	for s.head < s.size() && s.entries[s.head].at <= cut {
 		n := s.entries[s.head].n
 		s.total -= n
 		if s.head < s.mid {
@@ -51,9 +56,9 @@ func (s *LogState) forget(cut int64) {
 		s.mid, s.early = s.head, 0
 	}
 	switch {
-	case s.head == len(s.entries):
+	case s.head == s.size():
 		s.entries, s.head, s.mid, s.early = s.entries[:0], 0, 0, 0
-	case s.head >= compactAt && 2*s.head >= len(s.entries):
+	case s.head >= compactAt && 2*s.head >= s.size():
 		n := copy(s.entries, s.entries[s.head:])
 		s.mid -= s.head
 		s.entries, s.head = s.entries[:n], 0
@@ -67,7 +72,7 @@ func (s *LogState) seek(cut int64) int64 {
 		s.mid--
 		s.early -= s.entries[s.mid].n
 	}
-	for s.mid < len(s.entries) && s.entries[s.mid].at <= cut {
+	for s.mid < s.size() && s.entries[s.mid].at <= cut {
 		s.early += s.entries[s.mid].n
 		s.mid++
 	}
@@ -105,7 +110,7 @@ func (s *LogState) check(now int64, w Window, cost int64) LimitStatus {
 			}
 		}
 	}
-	if len(s.entries) > s.mid {
+	if s.size() > s.mid {
 		st.ResetAfter = Micros(s.entries[len(s.entries)-1].at + p - now)
 	}
 	return st
@@ -121,7 +126,7 @@ func (s *LogState) fit(now int64, w Window, cost int64) int64 {
 // (and, across keys, after every Check of the request allowed).
 func (s *LogState) commit(now int64, cost int64) {
 	s.total += cost
-	n := len(s.entries)
+	n := s.size()
 	switch {
 	case n == s.head || s.entries[n-1].at < now:
 		s.entries = append(s.entries, logEntry{at: now, n: cost})
@@ -166,7 +171,7 @@ func (s *LogState) Len() int64 { return s.total }
 
 // Entries returns how many distinct instants the log records, the measure
 // of its memory; Cap the entries its backing array can hold.
-func (s *LogState) Entries() int { return len(s.entries) - s.head }
+func (s *LogState) Entries() int { return int(s.size() - s.head) }
 
 // Cap returns how many entries the log can hold without growing.
 func (s *LogState) Cap() int { return cap(s.entries) }
@@ -177,7 +182,7 @@ func (s *LogState) Idle(now int64, w Window) bool { return s.idleAfter(now - w.P
 
 // idleAfter reports whether the log records nothing after cut.
 func (s *LogState) idleAfter(cut int64) bool {
-	n := len(s.entries)
+	n := s.size()
 	return n == s.head || s.entries[n-1].at <= cut
 }
 

@@ -219,6 +219,13 @@ func TestPendingOverflowDropsOldestLiveState(t *testing.T) {
 // sliding log alternately), at instants a microsecond apart.
 func flood(t *testing.T, st *Store, keys, keyLen int) {
 	t.Helper()
+	floodFrom(t, st, 0, keys, keyLen)
+}
+
+// floodFrom is flood with keys numbered from first on, so that floods one
+// after another send distinct keys.
+func floodFrom(t *testing.T, st *Store, first, keys, keyLen int) {
+	t.Helper()
 	const workers = 2
 	perWorker := keys / workers
 	windows := []domain.Window{gcra(10, time.Hour), sliding(10, time.Hour)}
@@ -229,9 +236,10 @@ func flood(t *testing.T, st *Store, keys, keyLen int) {
 			buf := make([]byte, 0, keyLen+16)
 			l := []domain.Limit{{Cost: 1}}
 			for i := range perWorker {
-				buf = fmt.Appendf(buf[:0], "rl:{tenant-%03d}:ip:%016x:%s:burst", i%997, g*perWorker+i, pad)
+				n := first + g*perWorker + i
+				buf = fmt.Appendf(buf[:0], "rl:{tenant-%03d}:ip:%016x:%s:burst", i%997, n, pad)
 				l[0].Key, l[0].Window = string(buf), windows[i%2]
-				if _, err := st.Evaluate(t.Context(), at(time.Duration(i)*time.Microsecond), l); err != nil {
+				if _, err := st.Evaluate(t.Context(), at(time.Duration(first+i)*time.Microsecond), l); err != nil {
 					t.Error(err)
 					return
 				}

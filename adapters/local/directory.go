@@ -225,31 +225,58 @@ func (s *Store) roomInFlight(c int64) bool {
 }
 
 // handoffQueue is the entries the in-flight limit kept from ristretto,
-// oldest first. Its lock is taken inside a shard lock, never the other
-// way round.
+// oldest first: a list through the entries, so that an entry forgotten
+// while it waits leaves it at once and nothing it holds outlives it. Its
+// lock is taken inside a shard lock, never the other way round.
 type handoffQueue struct {
-	mu   sync.Mutex
-	q    []*entry
-	head int
+	mu         sync.Mutex
+	head, tail *entry
 }
 
 func (h *handoffQueue) push(e *entry) {
 	h.mu.Lock()
-	h.q = append(h.q, e)
+	e.queued, e.hprev, e.hnext = true, h.tail, nil
+	if h.tail != nil {
+		h.tail.hnext = e
+	} else {
+		h.head = e
+	}
+	h.tail = e
 	h.mu.Unlock()
 }
 
-// pop returns the oldest entry, or nil.
+// remove takes e out of the queue if it is still there.
+func (h *handoffQueue) remove(e *entry) {
+	h.mu.Lock()
+	h.removeLocked(e)
+	h.mu.Unlock()
+}
+
+func (h *handoffQueue) removeLocked(e *entry) {
+	if !e.queued {
+		return
+	}
+	if e.hprev != nil {
+		e.hprev.hnext = e.hnext
+	} else {
+		h.head = e.hnext
+	}
+	if e.hnext != nil {
+		e.hnext.hprev = e.hprev
+	} else {
+		h.tail = e.hprev
+	}
+	e.queued, e.hprev, e.hnext = false, nil, nil
+}
+
+// pop takes out and returns the oldest entry, or nil.
 func (h *handoffQueue) pop() *entry {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.head == len(h.q) {
-		h.q, h.head = h.q[:0], 0
-		return nil
+	e := h.head
+	if e != nil {
+		h.removeLocked(e)
 	}
-	e := h.q[h.head]
-	h.q[h.head] = nil
-	h.head++
 	return e
 }
 
@@ -333,7 +360,11 @@ func (s *Store) forget(sh *shard, e *entry, ifIdle bool) {
 	e.mu.Unlock()
 	s.unpark(sh, e)
 	sh.tab.Store(sh.tab.Load().remove(e))
-	e.state, e.deferred = forgotten, false
+	if e.deferred {
+		s.handoff.remove(e)
+		e.deferred = false
+	}
+	e.state = forgotten
 	if idle {
 		s.stats.expired.Add(1)
 	} else {

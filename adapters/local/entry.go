@@ -36,8 +36,12 @@ type entry struct {
 	slot      bool  // ristretto's maps hold the entry (counted in Store.slots)
 	delQueued bool  // a Del of the key waits for the sweeper
 	deferred  bool  // waits in the store's hand-off queue for room in flight
-	misses    int32 // accesses while pending since the last Set
-	backoff   int32 // accesses while pending to wait before the next Set
+	// Guarded by the store's hand-off queue lock and lru lock (they sit
+	// here, among the flags, to keep the entry in a smaller size class).
+	queued  bool  // in the hand-off queue
+	listed  bool  // in the store's list of entries it may forget
+	misses  int32 // accesses while pending since the last Set
+	backoff int32 // accesses while pending to wait before the next Set
 	// charge is what the entry counts against the share of keys held
 	// outside ristretto: its size while pending (its growth only while
 	// ristretto still counts its old size), plus ristretto's Item while in
@@ -46,9 +50,11 @@ type entry struct {
 	// cost is the size ristretto counts for the entry, from its admission.
 	cost int64
 
+	// Guarded by the store's hand-off queue lock.
+	hprev, hnext *entry // the hand-off queue
+
 	// Guarded by the store's lru lock.
-	listed     bool   // in the store's list of entries it may forget
-	rank       int64  // its place in that list (see lru)
+	rank       int64  // its place in the list of pending entries (see lru)
 	prev, next *entry // that list
 }
 
@@ -78,7 +84,7 @@ func (e *entry) lastUse() int64 {
 // its directory slot and its sliding log's backing array. Called with mu
 // held.
 func (e *entry) sizeLocked() int64 {
-	n := entryBytes + sizeClass(int64(len(e.key))) + dirBytes + handoffBytes
+	n := entryBytes + sizeClass(int64(len(e.key))) + dirBytes
 	if e.logCover > 0 {
 		n += sizeClass(e.logCover * logEntryBytes)
 	}
