@@ -3,9 +3,12 @@
 package local
 
 import (
+	"fmt"
 	"testing"
 
+	"github.com/dgraph-io/ristretto/v2"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestChurnKeepsLiveHeapWithinMaxMemory is issue 21's churn measurement:
@@ -36,4 +39,37 @@ func TestChurnKeepsLiveHeapWithinMaxMemory(t *testing.T) {
 	}
 	t.Logf("peak live heap: %.1f %% of MaxMemory", 100*float64(peak)/maxMemory)
 	assert.LessOrEqual(t, peak, int64(maxMemory), "the live heap passed MaxMemory")
+}
+
+// TestSlotBytesCoverRistrettosMapsUnderChurn measures what ristretto's
+// item and cost maps hold per key once keys churn through them (a key
+// admitted, another evicted, round after round: Go maps keep their
+// growth), and checks the reservation per key (slotBytes) covers it. It
+// was 192 bytes; the maps settle at about 215.
+func TestSlotBytesCoverRistrettosMapsUnderChurn(t *testing.T) {
+	const held = 100_000
+	fresh := heapStats()
+	c, err := ristretto.NewCache(&ristretto.Config[string, *entry]{
+		NumCounters: 1 << 20, MaxCost: held, BufferItems: getBufferItems, IgnoreInternalCost: true,
+	})
+	require.NoError(t, err)
+	defer c.Close()
+	created := int64(heapStats().HeapAlloc) - int64(fresh.HeapAlloc)
+	e := &entry{}
+	perKey := 0.0
+	for round := range 4 {
+		for i := range held {
+			for !c.Set(fmt.Sprintf("k%d-%d", round, i), e, 1) {
+				c.Wait()
+			}
+			if i%1000 == 0 {
+				c.Wait() // keep the Set buffer from dropping
+			}
+		}
+		c.Wait()
+		live := int64(heapStats().HeapAlloc) - int64(fresh.HeapAlloc) - created
+		perKey = max(perKey, float64(live)/held)
+		t.Logf("round %d: %.1f bytes per key held", round, float64(live)/held)
+	}
+	assert.LessOrEqual(t, perKey, float64(slotBytes), "ristretto's maps per key against the reservation")
 }
