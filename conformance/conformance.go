@@ -18,7 +18,14 @@
 // isolation, all-or-nothing across keys, both algorithms, peek, reset,
 // context, invalid input, concurrency, Close, and timelines that move the
 // caller's clock (units leaving a window at an exact instant, a clock
-// going backwards). Each case is a subtest named for what it proves; each
+// going backwards). It also holds a store to the state rules of
+// docs/adr/009: a key keeps its consumed units through a change of its
+// window's limit, period or algorithm (at one instant and mid-window, both
+// directions, cost > 1, never more than the limit across the change), and
+// a sliding log keeps counting them for instants out of order by less than
+// the store's grace (Features.Grace). A store that implements the optional
+// ports.Repeater (found by type assertion) must answer n repeated requests
+// exactly as n sequential ones; one that does not is not failed for it. Each case is a subtest named for what it proves; each
 // gets a fresh store from the constructor and its own key namespace,
 // conf:{<random id>}:<name>, so the cases run in parallel, even against
 // one shared server, and every key of a case shares one Redis Cluster hash

@@ -12,8 +12,10 @@
 // # How state is kept
 //
 // The counting state of one key lives in one entry: a mutex and the key's
-// domain.LogState or domain.GCRAState. A decision mutates the entry in place,
-// under its mutex. Every entry is in the directory, a table sharded 64 ways
+// domain.KeyState, which holds a sliding log or a GCRA state, whichever
+// algorithm last wrote the key, and reads it under either algorithm by the
+// state rules every sluice store follows (docs/adr/009). A decision mutates
+// the entry in place, under its mutex. Every entry is in the directory, a table sharded 64 ways
 // that decisions read without a lock: a decision on a known key is a hash, a
 // few atomic loads, the entry's lock, the check and the commit, with no
 // allocation and no write to memory shared with other keys (but the latest
@@ -37,7 +39,10 @@
 // or evict an entry. None of these loses or forks a live key's state: an
 // entry ristretto does not hold stays in the directory, pending, and is
 // offered again at a later access with a growing back-off; decisions on it
-// take its shard's lock (the slow path) and stay exact.
+// take its shard's lock (the slow path) and stay exact. A new key the
+// bound on writes in flight keeps from ristretto waits in a hand-off queue
+// and is offered as soon as ristretto takes a write, not only when it is
+// used again.
 //
 // # Guarantees
 //
@@ -58,13 +63,27 @@
 //   - State of a live key is lost in one case only: when the bound is
 //     reached (see Memory). While Stats().Dropped is zero, every answer the
 //     store gave was exact.
-//   - A key used with an algorithm other than the one its state was counted
-//     with is re-initialised to the new algorithm's full quota at its next
-//     consumption (Peek answers as if it had been). A change of limit or
-//     period with the same algorithm keeps the state; a sliding-log key is
-//     judged idle with the period it was last consumed under.
+//   - A key keeps its consumed units through any change of its window's
+//     limit, period or algorithm (rules S1–S4 and S6 of docs/adr/009): a
+//     GCRA state carries its emission interval and its outstanding units
+//     are converted, a sliding log read by GCRA counts as TAT = now +
+//     units·T, a GCRA state read by a sliding log as its outstanding units
+//     stamped at now. An admitted request rewrites the key in its window's
+//     algorithm; Peek reads exactly as Evaluate and writes nothing. A fresh
+//     GCRA key has its full quota at any instant, before 1970 too.
+//   - A sliding log forgets a unit only once it is older than the key's
+//     latest instant minus its longest period and min(IdleGrace, that
+//     period) (rule S5): a caller whose now lags by less than that still
+//     counts every unit of its window, so instants slightly out of order
+//     (goroutines that read the clock, then call) never admit more than
+//     the limit. A key used under two periods keeps what the longest one
+//     counts, and is judged idle by it.
 //   - A clock that goes backwards never admits more than a window's limit
-//     (domain's algorithms see to it).
+//     over the units the store still holds.
+//   - EvaluateRepeated (ports.Repeater) decides n identical requests at one
+//     instant as n sequential Evaluate calls would, in one lock of the
+//     request's entries and O(keys) work: how many fit is worked out per
+//     window (domain.KeyState.Fit).
 //
 // # Memory
 //
@@ -80,27 +99,32 @@
 //     1/32 of it), its 32768-slot write buffer, its map shards and Get
 //     buffers, and the directory's shards; with WithCacheMetrics, 9 MiB
 //     more for ristretto's metrics;
-//   - ristretto's index: its item and cost maps take about 192 bytes per key
-//     and never shrink, so that much is reserved for the most keys it has
-//     ever held at once;
+//   - ristretto's index: its item and cost maps take up to 224 bytes per key
+//     once keys churn through them (measured at 215), and never shrink, so
+//     that much is reserved for the most keys it has ever held at once;
 //   - the keys ristretto holds, each costed at its size: the entry, its key,
 //     its directory slot and its sliding log's array (counted at twice the
 //     array's capacity, and counted again as it doubles). A key of 86 bytes
-//     costs 320 bytes with GCRA (384 with a short sliding log), 512 with
-//     its share of ristretto's index; a key of 500 bytes 736 and 928;
+//     costs 384 bytes with GCRA (448 with a short sliding log), 608 with
+//     its share of ristretto's index; a key of 500 bytes 800 and 1024;
 //   - the keys held outside ristretto's cache, an eighth of what the first
 //     two leave: new keys whose Set waits in ristretto's buffer (with
 //     ristretto's Item; at most half of this share, so that ristretto's
 //     buffer never fills and never drops a write), keys it refused or
 //     evicted while still live, and keys whose log grew (they leave the
-//     cache, to be admitted again at their new size).
+//     cache, to be admitted again at their new size, and count only their
+//     growth until ristretto lets go of their old size). While ristretto's
+//     own share has room left, the keys held outside it may use that room
+//     too (every byte is counted once, on one side): a burst of new keys
+//     that outruns ristretto's goroutine waits instead of being forgotten.
 //
 // When the bound is reached, ristretto evicts, or refuses new keys, to keep
 // its share; nothing is lost yet, as the keys it gives up are held outside.
 // When those exceed their share, the store forgets the one used least
 // recently (during a flood of new keys, the flood's own oldest keys; a key
 // in use, even one ristretto refuses, keeps moving to the back of the
-// line). A forgotten key that was idle loses
+// line, and a key ristretto gives up goes back in the line by the instant
+// it was last used, behind the keys used since). A forgotten key that was idle loses
 // nothing (Stats().Expired counts it). A forgotten key that was live loses
 // its state (Stats().Dropped counts it): its next request starts from a
 // full quota, so within the window in progress it can admit up to one more
