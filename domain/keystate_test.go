@@ -126,8 +126,8 @@ func TestGCRAFreshKeyBefore1970(t *testing.T) {
 	assert.Equal(t, 3, spend(&k, before, w, 5))
 }
 
-// TestGCRAStateWithoutIntervalChange: a state read under the interval it
-// was written with is used as is; a converted one is capped at MaxPeriod.
+// TestGCRAStateConversionIsBounded: a state converted to a longer
+// emission interval reaches at most MaxPeriod ahead.
 func TestGCRAStateConversionIsBounded(t *testing.T) {
 	big := domain.Window{Limit: 1, Period: domain.MaxPeriod, Algorithm: domain.GCRA}
 	g := domain.GCRAState{TAT: t0 + 1_000_000_000, Interval: 1}

@@ -489,7 +489,7 @@ func (s *Store) rejected(item *ristretto.Item[*entry]) {
 }
 
 func (s *Store) evicted(item *ristretto.Item[*entry]) {
-	s.noteRoom(-item.Cost)
+	s.noteRoom(0) // ristretto has uncounted the victim already
 	s.displaced(item.Value, false)
 }
 
