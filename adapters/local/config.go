@@ -42,8 +42,10 @@ type Config struct {
 	// (back to its full quota) at the latest instant the store has seen. It
 	// is also how far a caller's now may lag that latest instant with every
 	// answer staying exact: a clock that goes backwards by less than
-	// IdleGrace never finds a live key forgotten. Zero means
-	// DefaultIdleGrace.
+	// IdleGrace never finds a live key forgotten, and a sliding log keeps
+	// its units for callers lagging the key's latest instant by less than
+	// min(IdleGrace, the window's period) (rule S5 of docs/adr/009). Zero
+	// means DefaultIdleGrace.
 	IdleGrace time.Duration
 
 	// cacheCost, when set, fixes ristretto's share of MaxMemory instead of
