@@ -184,3 +184,19 @@ func TestHotKeysOutliveAFlood(t *testing.T) {
 		assert.Zero(t, lost, "hot keys that lost their state")
 	}
 }
+
+// TestFreshGCRAKeyBefore1970: a fresh GCRA key's empty state read as a TAT
+// of 0, the epoch, so it refused every request before 1970.
+func TestFreshGCRAKeyBefore1970(t *testing.T) {
+	st := newStore(t, Config{})
+	moon := time.Date(1969, 7, 20, 20, 17, 0, 0, time.UTC)
+	l := []domain.Limit{lim("k", gcra(3, time.Minute), 1)}
+	for i := range 3 {
+		r, err := st.Evaluate(t.Context(), moon, l)
+		require.NoError(t, err)
+		assert.True(t, r.Allowed, "request %d of 3 on a fresh key", i+1)
+	}
+	r, err := st.Evaluate(t.Context(), moon, l)
+	require.NoError(t, err)
+	assert.False(t, r.Allowed, "the fourth")
+}
