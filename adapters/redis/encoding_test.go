@@ -125,15 +125,21 @@ func TestEncodingChanges(t *testing.T) {
 		assert.False(t, eval(t, s, now.Add(2*time.Second), k, small, 1).Allowed)
 	})
 	t.Run("GCRAKeyUnderASlidingLog", func(t *testing.T) {
+		// S3: the units a GCRA state holds (ceil((TAT - now) / T_w)),
+		// stamped at the instant of the change; v2 counted the log full
+		// until the TAT, which let 11 through a limit of 10 after one unit.
 		k := key(t)
 		require.True(t, eval(t, s, now, k, gcra(2, time.Minute), 1).Allowed) // TAT = now + 30 s
 		w := sliding(10, time.Minute)
 		r := peek(t, s, now.Add(10*time.Second), k, w)
-		assert.False(t, r.Allowed, "full until the TAT")
-		assert.Equal(t, 20*time.Second, r.RetryAfter)
-		assert.False(t, eval(t, s, now.Add(29*time.Second), k, w, 1).Allowed)
-		require.True(t, eval(t, s, now.Add(30*time.Second), k, w, 1).Allowed)
-		assert.Len(t, compactUnits(t, do(t, addr, "GET", k).(string)), 1)
+		assert.True(t, r.Allowed)
+		assert.Equal(t, int64(9), r.Remaining, "one unit outstanding")
+		require.True(t, eval(t, s, now.Add(10*time.Second), k, w, 9).Allowed)
+		assert.False(t, eval(t, s, now.Add(11*time.Second), k, w, 1).Allowed, "10 of 10")
+		assert.Len(t, compactUnits(t, do(t, addr, "GET", k).(string)), 10)
+		r = peek(t, s, now.Add(70*time.Second-time.Microsecond), k, w)
+		assert.False(t, r.Allowed, "the units stamped at the change leave a period later")
+		assert.True(t, peek(t, s, now.Add(70*time.Second), k, w).Allowed)
 	})
 	t.Run("SlidingLogUnderGCRA", func(t *testing.T) {
 		for _, st := range []*redis.Store{s, zs} { // compact and ZSET logs
@@ -144,9 +150,9 @@ func TestEncodingChanges(t *testing.T) {
 			assert.Equal(t, int64(1), r.Remaining)
 			require.True(t, eval(t, st, now, k, w, 1).Allowed)
 			assert.False(t, eval(t, st, now, k, w, 1).Allowed)
-			tat, err := strconv.ParseInt(do(t, addr, "GET", k).(string), 10, 64)
-			require.NoError(t, err)
+			tat, tw := gcraValue(t, do(t, addr, "GET", k).(string))
 			assert.Equal(t, now.Add(time.Minute).UnixMicro(), tat)
+			assert.Equal(t, w.EmissionMicros(), tw)
 		}
 	})
 }
