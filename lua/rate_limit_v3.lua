@@ -149,7 +149,8 @@ local function check(i, kind, v)
       if not x then
         return bad(i, 'malformed')
       end
-      if x ~= x or x % 1 ~= 0 or x < -AHEAD then
+      -- Finite, whole, and exact in a double (inf, nan, 1e19 are not).
+      if x ~= x or x % 1 ~= 0 or x >= 2 ^ 53 or x < -AHEAD then
         return bad(i, 'range')
       end
       v = x
