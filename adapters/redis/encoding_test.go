@@ -397,3 +397,84 @@ func TestTTLsAreBounded(t *testing.T) {
 		assert.Greater(t, pttl, (c.max - 2*time.Second).Milliseconds(), c.key)
 	}
 }
+
+// v2Evaluate runs the released rate_limit_v2.lua on limits, with its own
+// argument layout, as an instance of the previous release does (compact
+// logs up to CompactLogMaxLimit, a 1 s TTL floor), and says whether it
+// admitted them; an error is the script's.
+func v2Evaluate(t *testing.T, addr string, now time.Time, limits []domain.Limit) (bool, error) {
+	t.Helper()
+	p := binary.BigEndian.AppendUint64(nil, uint64(now.UnixMicro()))
+	p = append(p, 1)
+	p = binary.BigEndian.AppendUint32(p, 1000)
+	p = binary.BigEndian.AppendUint32(p, redis.CompactLogMaxLimit)
+	args := []string{"EVAL", lua.RateLimitV2, strconv.Itoa(len(limits))}
+	for _, l := range limits {
+		args = append(args, l.Key)
+		p = append(p, byte(l.Window.Algorithm))
+		p = binary.BigEndian.AppendUint32(p, uint32(l.Window.Limit))
+		p = binary.BigEndian.AppendUint64(p, uint64(l.Window.PeriodMicros()))
+		p = binary.BigEndian.AppendUint32(p, uint32(l.Cost))
+	}
+	args = append(args, string(p), "v2-"+tag(t))
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	v, err := redistest.Do(ctx, addr, args...)
+	if err != nil {
+		return false, err
+	}
+	return v.([]any)[0].(int64) == 1, nil
+}
+
+// TestRollingUpgradeFromV2: v2 cannot read a v3 GCRA value (it carries
+// its interval), so during a rolling upgrade the v3 instances run with
+// Format: FormatV2; v2 and v3 then take turns on the same keys (GCRA, a
+// compact log, a ZSET log) without an error and together admit exactly
+// each limit. Once every instance runs v3, the switch is dropped and v3
+// reads what v2 left.
+func TestRollingUpgradeFromV2(t *testing.T) {
+	addr := redistest.Standalone(t)
+	cfg := topologies[0].cfg(t)
+	v3 := newStore(t, cfg)
+	cfg.Format = redis.FormatV2
+	mixed := newStore(t, cfg)
+	now := time.Now().Truncate(time.Second)
+	limitsOf := func(tg string) []domain.Limit {
+		return []domain.Limit{
+			{Key: "up:{" + tg + "}:gcra", Window: gcra(12, time.Minute), Cost: 1},
+			{Key: "up:{" + tg + "}:log", Window: sliding(40, time.Minute), Cost: 1},
+			{Key: "up:{" + tg + "}:zset", Window: sliding(2000, time.Minute), Cost: 1},
+		}
+	}
+	t.Run("V2FailsOnAV3GCRAValue", func(t *testing.T) {
+		limits := limitsOf(tag(t))
+		r, err := v3.Evaluate(t.Context(), now, limits)
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+		_, err = v2Evaluate(t, addr, now, limits)
+		require.Error(t, err, "v2 reads a v3 GCRA value: the switch would not be needed")
+	})
+	t.Run("SharedUnderFormatV2", func(t *testing.T) {
+		limits := limitsOf(tag(t))
+		admitted := 0
+		for i := range 20 {
+			at := now.Add(time.Duration(i) * time.Millisecond)
+			ok, err := v2Evaluate(t, addr, at, limits)
+			require.NoError(t, err, "turn %d", i)
+			if ok {
+				admitted++
+			}
+			r, err := mixed.Evaluate(t.Context(), at, limits)
+			require.NoError(t, err, "turn %d", i)
+			if r.Allowed {
+				admitted++
+			}
+		}
+		assert.Equal(t, 12, admitted, "the GCRA limit of 12, whoever decided")
+		r, err := v3.Peek(t.Context(), now.Add(time.Second), limits)
+		require.NoError(t, err, "v3 without the switch reads what both left")
+		assert.Equal(t, int64(40-12), r.Status(1).Remaining)
+		assert.Equal(t, int64(2000-12), r.Status(2).Remaining)
+		assert.False(t, r.Allowed)
+	})
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/domain"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/lua"
+	"github.com/sluicehq/sluice/ports"
 )
 
 // pinnedRateLimitV1 is the SHA1 the servers must know the script by.
@@ -887,5 +888,73 @@ func TestNewLoadsTheScriptOnEveryNode(t *testing.T) {
 		s := newStore(t, topologies[0].cfg(t))
 		require.NoError(t, s.Close())
 		assert.ErrorIs(t, s.LoadScript(t.Context()), domain.ErrStoreClosed)
+	})
+}
+
+// TestEvaluateRepeated: n identical requests in one call answer exactly
+// as n sequential Evaluate calls on a twin key set (every request's own
+// Result through domain.Repeated.For, and the state left behind), for
+// both algorithms, cost > 1, n below, at and beyond what fits, and the
+// largest n; n out of range is a *domain.LimitError.
+func TestEvaluateRepeated(t *testing.T) {
+	s := newStore(t, topologies[0].cfg(t))
+	now := time.Now().Truncate(time.Second)
+	windows := []domain.Window{
+		sliding(10, time.Minute), gcra(10, time.Minute), sliding(50, 10*time.Second),
+		gcra(7, 7*time.Second), sliding(2000, time.Minute), gcra(1000, time.Hour),
+	}
+	for _, n := range []int{1, 2, 3, 5, 6, 100, ports.MaxRepeat} {
+		for _, cost := range []int64{1, 2} {
+			t.Run(fmt.Sprintf("n=%d/cost=%d", n, cost), func(t *testing.T) {
+				rep, seq := tag(t), tag(t)
+				limitsOf := func(tg string) []domain.Limit {
+					var ls []domain.Limit
+					for i, w := range windows {
+						ls = append(ls, domain.Limit{Key: fmt.Sprintf("rep:{%s}:%d", tg, i), Window: w, Cost: cost})
+					}
+					return ls
+				}
+				lr, ls := limitsOf(rep), limitsOf(seq)
+				t.Cleanup(func() {
+					for i := range lr {
+						_ = s.Reset(context.Background(), lr[i].Key)
+						_ = s.Reset(context.Background(), ls[i].Key)
+					}
+				})
+				// Some units already spent, one key of each algorithm.
+				for _, l := range []domain.Limit{{Key: lr[0].Key, Window: lr[0].Window, Cost: 3}, {Key: lr[1].Key, Window: lr[1].Window, Cost: 2}} {
+					_, err := s.Evaluate(t.Context(), now.Add(-time.Second), []domain.Limit{l})
+					require.NoError(t, err)
+					l.Key = strings.Replace(l.Key, rep, seq, 1)
+					_, err = s.Evaluate(t.Context(), now.Add(-time.Second), []domain.Limit{l})
+					require.NoError(t, err)
+				}
+				got, err := s.EvaluateRepeated(t.Context(), now, lr, n)
+				require.NoError(t, err)
+				require.Equal(t, n, got.N)
+				steps := min(n, 12) // past the admitted ones, every answer is the same refusal
+				for i := range steps {
+					want, err := s.Evaluate(t.Context(), now, ls)
+					require.NoError(t, err)
+					require.Equal(t, want, got.For(i, lr), "request %d of %d", i, n)
+				}
+				wantAdmitted := min(n, int((10-3)/cost), int((10-2)/cost))
+				assert.Equal(t, wantAdmitted, got.Admitted)
+				a, err := s.Peek(t.Context(), now, lr)
+				require.NoError(t, err)
+				b, err := s.Peek(t.Context(), now, ls)
+				require.NoError(t, err)
+				assert.Equal(t, b, a, "the state left behind")
+			})
+		}
+	}
+	t.Run("OutOfRange", func(t *testing.T) {
+		limits := []domain.Limit{{Key: "rep:{x}", Window: gcra(1, time.Second), Cost: 1}}
+		for _, n := range []int{0, -1, ports.MaxRepeat + 1} {
+			_, err := s.EvaluateRepeated(t.Context(), now, limits, n)
+			var le *domain.LimitError
+			require.ErrorAs(t, err, &le, "n=%d", n)
+			assert.Equal(t, "n", le.Field)
+		}
 	})
 }
