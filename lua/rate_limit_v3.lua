@@ -60,7 +60,7 @@ local n = #KEYS
 if n < 1 or #ARGV ~= 2 or #a ~= 29 + 17 * n then
   return redis.error_reply('ERR sluice rate_limit_v3: want 1 or more keys, ARGV[1] of 29 + 17 bytes per key, ARGV[2] a nonce')
 end
-local sunpack, pack, sub, byte, rep = struct.unpack, struct.pack, string.sub, string.byte, string.rep
+local sunpack, pack, sub, byte, rep, floor = struct.unpack, struct.pack, string.sub, string.byte, string.rep, math.floor
 local now, flags, minttl, compact, grace, reps = sunpack('>i8BI4I4i8I4', a)
 if reps < 1 or grace < 0 then
   return redis.error_reply('ERR sluice rate_limit_v3: n must be at least 1 and the grace not negative')
@@ -70,6 +70,9 @@ if flags % 4 >= 2 then
   now = t[1] * 1000000 + t[2]
 end
 local consume, bare = flags % 2 == 1, flags >= 4
+-- Every key's algorithm, limit, period and cost, in one unpack: arg[4i-3]
+-- to arg[4i].
+local arg = {sunpack('>' .. rep('BI4i8I4', n), a, 30)}
 
 -- domain.MaxPeriod in microseconds; no stored instant may lie further
 -- ahead of now than AHEAD (a longer wait than any window can ask for).
@@ -80,26 +83,42 @@ local horizon = now + AHEAD
 local NONE, GCRA, COMPACT, ZSET = 0, 1, 2, 3
 
 -- First index in [lo, hi) of compact string v whose instant exceeds x (hi
--- if none): a few steps from lo, then a binary search. Integer division
--- is written (x - x % y) / y: exact below 2^52, no function call.
-local function above(v, lo, hi, x)
-  local stop = lo + 4
-  if stop > hi then
-    stop = hi
-  end
-  while lo < stop do
-    if sunpack('>I7', v, 2 + 7 * lo) > x then
+-- if none), given a, the instant at lo, and b, the instant at hi - 1 (or
+-- nil: read here). The probes alternate between interpolation (arrivals
+-- are about even in time: the boundary is found in a probe or two) and
+-- bisection (a burst at one instant cannot make it linear). Elsewhere,
+-- integer division is written (x - x % y) / y: exact for the integers
+-- below 2^52 it meets, and no function call; an interpolated index is a
+-- quotient of doubles and takes floor, which x - x % 1 may miss by an
+-- ulp.
+local function above(v, lo, hi, x, a, b)
+  local bisect = false
+  while lo < hi do
+    a = a or sunpack('>I7', v, 2 + 7 * lo)
+    if a > x then
       return lo
     end
-    lo = lo + 1
-  end
-  while lo < hi do
-    local mid = lo + hi
-    mid = (mid - mid % 2) / 2
-    if sunpack('>I7', v, 2 + 7 * mid) > x then
-      hi = mid
+    b = b or sunpack('>I7', v, 7 * hi - 5)
+    if b <= x then
+      return hi
+    end
+    -- a <= x < b: the index is in (lo, hi - 1].
+    local g
+    if bisect then
+      g = lo + hi
+      g = (g - g % 2) / 2
     else
-      lo = mid + 1
+      g = lo + 1 + floor((x - a) * (hi - 2 - lo) / (b - a))
+    end
+    bisect = not bisect
+    local y = sunpack('>I7', v, 2 + 7 * g)
+    if y > x then
+      hi, b = g + 1, y
+      if g == lo + 1 then
+        return g
+      end
+    else
+      lo, a = g + 1, nil
     end
   end
   return lo
@@ -113,21 +132,21 @@ local function score(x)
   return string.format('%.0f', x)
 end
 
--- Per key, 16 slots of st from 16(i-1): kind, value (compact string or
+-- Per key, 12 slots of st from 12(i-1): kind, value (compact string or
 -- TAT), the interval a GCRA value was written with (false: v2, read
 -- with the window's), the first kept index (compact), the first index
 -- inside the window (compact), the units inside the window, the newest
 -- unit (or false), the GCRA start (max(TAT, now), converted), the
 -- lower bound of the window, the forget bound, the emission interval,
--- the requests this key alone admits, and the key's algorithm, limit,
--- period and cost.
+-- and the requests this key alone admits.
 local st = {}
 
 -- Reads key i's state under its window, with everything validated;
 -- returns an error reply or nil.
 local function check(i, kind, v)
-  local b = 16 * (i - 1)
-  local g, l, p, c = sunpack('>BI4i8I4', a, 13 + 17 * i)
+  local b = 12 * (i - 1)
+  local j = 4 * i
+  local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
   local t = (p - p % l) / l
   if t < 1 then
     t = 1
@@ -167,34 +186,31 @@ local function check(i, kind, v)
     end
     m = m / 7
     if m > 0 then
-      newest = sunpack('>I7', v, 7 * m - 5)
+      local first
+      first, newest = sunpack('>I7', v, 2), sunpack('>I7', v, 7 * m - 5)
       if newest > horizon then
         return bad(i, 'future')
       end
-      if sunpack('>I7', v, 2) > newest then
+      if first > newest then
         return bad(i, 'malformed')
       end
+      local latest, gr = now, grace
+      if newest > now then
+        latest = newest
+      end
+      if gr > p then
+        gr = p
+      end
+      fcut, lower = latest - p - gr, now - p
+      if fcut > lower then
+        lower = fcut
+      end
+      if first <= fcut then
+        lo = above(v, 1, m, fcut, nil, newest)
+      end
+      low = above(v, lo, m, lower, lo == 0 and first or nil, newest)
+      count = m - low
     end
-    local latest = now
-    if newest and newest > now then
-      latest = newest
-    end
-    local gr = grace
-    if gr > p then
-      gr = p
-    end
-    fcut, lower = latest - p - gr, now - p
-    if fcut > lower then
-      lower = fcut
-    end
-    if m > 0 and sunpack('>I7', v, 2) <= fcut then
-      lo = above(v, 1, m, fcut)
-    end
-    low = lo
-    if lower > fcut and low < m and sunpack('>I7', v, 2 + 7 * low) <= lower then
-      low = above(v, low + 1, m, lower)
-    end
-    count = m - low
   elseif kind == ZSET then
     local z = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
     if z.err then
@@ -285,7 +301,6 @@ local function check(i, kind, v)
   end
   st[b + 1], st[b + 2], st[b + 3], st[b + 4], st[b + 5], st[b + 6] = kind, v, tw, lo, low, count
   st[b + 7], st[b + 9], st[b + 10], st[b + 11], st[b + 12] = newest, lower, fcut, t, fit
-  st[b + 13], st[b + 14], st[b + 15], st[b + 16] = g, l, p, c
   return nil
 end
 
@@ -304,8 +319,7 @@ for i = 1, n do
       kind = GCRA
     end
   else
-    local g, l = sunpack('>BI4', a, 13 + 17 * i)
-    if g == 0 and l > compact then
+    if arg[4 * i - 3] == 0 and arg[4 * i - 2] > compact then
       kind = ZSET -- nil, or a ZSET: the ZSET commands tell
     else
       probe = probe or {}
@@ -344,7 +358,7 @@ end
 
 local A = reps
 for i = 1, n do
-  local fit = st[16 * i - 4]
+  local fit = st[12 * i]
   if fit < A then
     A = fit
   end
@@ -352,7 +366,7 @@ end
 
 -- The k-th oldest unit inside key i's window (1 <= k <= count).
 local function unit(i, k)
-  local b = 16 * (i - 1)
+  local b = 12 * (i - 1)
   local kind = st[b + 1]
   if kind == COMPACT then
     return sunpack('>I7', st[b + 2], 2 + 7 * (st[b + 5] + k - 1))
@@ -378,9 +392,10 @@ if U > 0 then
 end
 if not consume or A < reps then
   for i = 1, n do
-    local b = 16 * (i - 1)
+    local b = 12 * (i - 1)
     local count, newest, t = st[b + 6], st[b + 7], st[b + 11]
-    local g, l, p, c = st[b + 13], st[b + 14], st[b + 15], st[b + 16]
+    local j = 4 * i
+    local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
     local used = U * c
     local remaining, retry, reset = 0, 0, 0
     if g == 1 then
@@ -438,9 +453,10 @@ o = 1
 local nonce = ARGV[2]
 local rec -- the compact record of one unit at now
 for i = 1, U > 0 and n or 0 do
-  local b = 16 * (i - 1)
+  local b = 12 * (i - 1)
   local kind, v, count, newest, t = st[b + 1], st[b + 2], st[b + 6], st[b + 7], st[b + 11]
-  local g, l, p, c = st[b + 13], st[b + 14], st[b + 15], st[b + 16]
+  local j = 4 * i
+  local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
   local used = U * c
   do
     local remaining, reset
