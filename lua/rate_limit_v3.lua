@@ -132,13 +132,13 @@ local function score(x)
   return string.format('%.0f', x)
 end
 
--- Per key, 12 slots of st from 12(i-1): kind, value (compact string or
--- TAT), the interval a GCRA value was written with (false: v2, read
--- with the window's), the first kept index (compact), the first index
--- inside the window (compact), the units inside the window, the newest
--- unit (or false), the GCRA start (max(TAT, now), converted), the
--- lower bound of the window, the forget bound, the emission interval,
--- and the requests this key alone admits.
+-- Per key, 12 slots of st from 12(i-1), the ones its window needs: 1
+-- kind; for a GCRA window 8 the start (max(TAT, now), converted) and 11
+-- the emission interval; for a sliding log 2 the value (compact string
+-- or TAT), 4 the first kept index and 5 the first index inside the
+-- window (compact), 6 the units inside the window, 7 the newest unit (or
+-- false), 9 the lower bound of the window and 10 the forget bound; 12
+-- the requests this key alone admits.
 local st = {}
 
 -- Reads key i's state under its window, with everything validated;
@@ -278,29 +278,29 @@ local function check(i, kind, v)
     else
       fit = 0
     end
-    st[b + 8] = start
-  else
-    if kind == GCRA then
-      -- S3: the units a GCRA state holds, stamped now.
-      if v > now then
-        local w = tw or t
-        local d = v - now
-        count = (d - d % w) / w
-        if d % w > 0 then
-          count = count + 1
-        end
-        newest = now
+    st[b + 1], st[b + 8], st[b + 11], st[b + 12] = kind, start, t, fit
+    return nil
+  end
+  if kind == GCRA then
+    -- S3: the units a GCRA state holds, stamped now.
+    if v > now then
+      local w = tw or t
+      local d = v - now
+      count = (d - d % w) / w
+      if d % w > 0 then
+        count = count + 1
       end
-    end
-    local room = l - count
-    if room > 0 then
-      fit = (room - room % c) / c
-    else
-      fit = 0
+      newest = now
     end
   end
-  st[b + 1], st[b + 2], st[b + 3], st[b + 4], st[b + 5], st[b + 6] = kind, v, tw, lo, low, count
-  st[b + 7], st[b + 9], st[b + 10], st[b + 11], st[b + 12] = newest, lower, fcut, t, fit
+  local room = l - count
+  if room > 0 then
+    fit = (room - room % c) / c
+  else
+    fit = 0
+  end
+  st[b + 1], st[b + 2], st[b + 4], st[b + 5], st[b + 6] = kind, v, lo, low, count
+  st[b + 7], st[b + 9], st[b + 10], st[b + 12] = newest, lower, fcut, fit
   return nil
 end
 
