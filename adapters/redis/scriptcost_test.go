@@ -210,7 +210,9 @@ func readFloor(b *testing.B, name string) string {
 	return string(src)
 }
 
-func repeatWindow(w domain.Window, n int) []domain.Window { return slices.Repeat([]domain.Window{w}, n) }
+func repeatWindow(w domain.Window, n int) []domain.Window {
+	return slices.Repeat([]domain.Window{w}, n)
+}
 
 // tenantLimits returns, per caller, rotation request sets of windows on
 // one tenant's keys (one hash tag): each set its own keys (its users),
