@@ -56,4 +56,4 @@ var RateLimitV3 string
 
 // RateLimitV3SHA1 is the SHA1 of RateLimitV3. A test checks it against the
 // embedded text.
-const RateLimitV3SHA1 = "8d445466ba835a2cf251e2780a1ef0dd2faf4a40"
+const RateLimitV3SHA1 = "4a456bd6ff871d0536ac29a983cc19a064961c79"

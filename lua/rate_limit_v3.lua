@@ -508,10 +508,14 @@ for i = 1, U > 0 and n or 0 do
             w = '\1' .. rep(rec, count + used)
           elseif kind == COMPACT and top == now then
             -- The common case: c units at now after the kept ones.
+            local u = rec
+            if used > 1 then
+              u = rep(rec, used)
+            end
             if lo == 0 then
-              w = v .. rep(rec, used)
+              w = v .. u
             else
-              w = '\1' .. sub(v, 2 + 7 * lo) .. rep(rec, used)
+              w = '\1' .. sub(v, 2 + 7 * lo) .. u
             end
           else
             -- A ZSET, or units ahead of now: merge in order.
