@@ -36,12 +36,14 @@ const CompactLogMaxLimit = 1024
 // DefaultGrace is how far out of order (earlier than the latest instant a
 // key has seen) a caller's now may be while a sliding log still counts
 // every unit inside the caller's own window, when Config.Grace is zero.
-// One second covers a now read before a call queued behind others (the
-// store deadline is 50 ms) and the clock skew of a fleet kept by NTP, and
-// costs a log at most one more second of units (and at most its own
-// period: the grace of a window is min(grace, period)). See
-// docs/adr/009-stored-state-and-script-v3.md.
-const DefaultGrace = time.Second
+// 250 ms covers a now read before a call that waited in a queue (the
+// store deadline is 50 ms) and the clock skew of hosts kept by NTP, which
+// is what puts instants out of order: with ServerTime a failover to a
+// node whose clock is behind, with CallerTime callers' clocks. It costs a
+// log the units of one more grace (of its period, for a window shorter
+// than the grace: the grace of a window is min(grace, period)), and that
+// much more Redis time. See docs/adr/009-stored-state-and-script-v3.md.
+const DefaultGrace = 250 * time.Millisecond
 
 // StateFormat says which stored encodings the Redis store writes, for a
 // rolling upgrade from (or rollback to) an older sluice that shares the
