@@ -840,6 +840,8 @@ func TestConfigValidate(t *testing.T) {
 		{"ClusterDB", redis.Config{Addrs: []string{"a:1"}, Mode: redis.ModeCluster, DB: 1}, "redis.db"},
 		{"UnknownMode", redis.Config{Addrs: []string{"a:1"}, Mode: 9}, "redis.mode"},
 		{"UnknownLogEncoding", redis.Config{Addrs: []string{"a:1"}, Log: 7}, "redis.log"},
+		{"UnknownStateFormat", redis.Config{Addrs: []string{"a:1"}, Format: 5}, "redis.format"},
+		{"GraceBeyondAnyPeriod", redis.Config{Addrs: []string{"a:1"}, Grace: domain.MaxPeriod + time.Second}, "redis.grace"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
