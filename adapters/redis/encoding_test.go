@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -477,4 +478,93 @@ func TestRollingUpgradeFromV2(t *testing.T) {
 		assert.Equal(t, int64(2000-12), r.Status(2).Remaining)
 		assert.False(t, r.Allowed)
 	})
+}
+
+// TestRandomForeignStrings writes random strings (random bytes, and
+// near-misses of each encoding: a compact log of random instants, a v3
+// GCRA value of random fields, random decimal text) into the middle key
+// of a request and checks what the script does with them under windows
+// of both algorithms: it never fails with a script error, it either
+// decides (every key then carrying a TTL no longer than its need) or
+// answers a StoreValueError for that key having written nothing.
+func TestRandomForeignStrings(t *testing.T) {
+	addr := redistest.Standalone(t)
+	s := newStore(t, topologies[0].cfg(t))
+	now := time.Now().Truncate(time.Millisecond)
+	rng := rand.New(rand.NewPCG(7, 11))
+	be := func(v uint64, n int) string {
+		var b [8]byte
+		binary.BigEndian.PutUint64(b[:], v)
+		return string(b[8-n:])
+	}
+	values := []func() string{
+		func() string { // random bytes
+			b := make([]byte, rng.IntN(40))
+			for i := range b {
+				b[i] = byte(rng.IntN(256))
+			}
+			return string(b)
+		},
+		func() string { // a compact log of random instants
+			v := "\x01"
+			for range rng.IntN(6) {
+				v += be(rng.Uint64()>>uint(rng.IntN(9)*8), 7)
+			}
+			return v
+		},
+		func() string { // a compact log of plausible instants
+			v := "\x01"
+			at := now.Add(-time.Duration(rng.IntN(120)) * time.Second).UnixMicro()
+			for range rng.IntN(6) {
+				at += rng.Int64N(int64(40 * time.Second / time.Microsecond))
+				v += be(uint64(at), 7)
+			}
+			return v
+		},
+		func() string { // a v3 GCRA value of random fields
+			return "\x02" + be(rng.Uint64()>>uint(rng.IntN(9)*7), 8) + be(rng.Uint64()>>uint(rng.IntN(9)*7), 8)
+		},
+		func() string { // decimal text
+			return []string{"0", "-1", "1e15", "9007199254740993", "0x10", " 42", "1e308", "-1e308", "4.5e15", "+7"}[rng.IntN(10)]
+		},
+	}
+	windows := []domain.Window{sliding(5, time.Minute), sliding(2000, time.Minute), gcra(5, time.Minute), gcra(1000, time.Hour)}
+	outcomes := map[string]int{}
+	for i := range 600 {
+		tg := tag(t)
+		first, bad, last := "rf:{"+tg+"}:a", "rf:{"+tg+"}:b", "rf:{"+tg+"}:c"
+		v := values[rng.IntN(len(values))]()
+		do(t, addr, "SET", bad, v)
+		w := windows[rng.IntN(len(windows))]
+		limits := []domain.Limit{
+			{Key: first, Window: sliding(10, time.Minute), Cost: 1},
+			{Key: bad, Window: w, Cost: 1 + rng.Int64N(3)},
+			{Key: last, Window: gcra(10, time.Minute), Cost: 1},
+		}
+		r, err := s.Evaluate(t.Context(), now, limits)
+		if err != nil {
+			var ve *domain.StoreValueError
+			require.ErrorAs(t, err, &ve, "case %d: %q under %+v", i, v, w)
+			require.Equal(t, 1, ve.Index)
+			require.Equal(t, int64(0), do(t, addr, "EXISTS", first, last), "case %d: written before the error", i)
+			require.Equal(t, v, do(t, addr, "GET", bad))
+			outcomes[ve.Reason]++
+		} else if r.Allowed {
+			outcomes["allowed"]++
+			for j, l := range limits {
+				pttl := do(t, addr, "PTTL", l.Key).(int64)
+				require.Positive(t, pttl, "case %d: %q under %+v: key %d", i, v, w, j)
+				require.LessOrEqual(t, pttl, (3 * domain.MaxPeriod).Milliseconds(), "case %d: %q under %+v: key %d", i, v, w, j)
+			}
+		} else {
+			outcomes["refused"]++
+		}
+		for _, k := range []string{first, bad, last} {
+			require.NoError(t, s.Reset(t.Context(), k))
+		}
+	}
+	t.Logf("outcomes: %v", outcomes)
+	for _, o := range []string{"allowed", "refused", "malformed", "range", "future"} {
+		assert.Positive(t, outcomes[o], "no case ended %s: the generator missed a path", o)
+	}
 }
