@@ -272,8 +272,10 @@ func (s *Store) EvaluateRepeated(ctx context.Context, now time.Time, limits []do
 	if n < 1 || n > ports.MaxRepeat {
 		return rep, &domain.LimitError{Index: -1, Field: "n", Reason: fmt.Sprintf("must be between 1 and %d, got %d", ports.MaxRepeat, n)}
 	}
-	err := s.run(ctx, now, limits, n, true, &rep)
-	return rep, err
+	if err := s.run(ctx, now, limits, n, true, &rep); err != nil {
+		return domain.Repeated{}, err
+	}
+	return rep, nil
 }
 
 // Peek answers as Evaluate would, consuming nothing and writing nothing.
