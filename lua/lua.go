@@ -7,8 +7,10 @@
 // constant, and the adapter switches to it. Tests pin each script's SHA1 so
 // that an accidental edit fails the build.
 //
-// The Redis store runs RateLimitV2. RateLimitV1 stays embedded, unchanged,
-// for the record and for tests that check how v2 reads the keys v1 left.
+// The Redis store runs RateLimitV3. RateLimitV1 and RateLimitV2 stay
+// embedded, unchanged, for the record and for tests that check how each
+// version reads the keys the one before left (and, during a rolling
+// upgrade, how the previous one reads what v3 writes).
 package lua
 
 import _ "embed" // for go:embed
@@ -24,7 +26,7 @@ var RateLimitV1 string
 // name it. A test checks it against the embedded text.
 const RateLimitV1SHA1 = "d01ddec6d4b15a44c11ddab09282ee17356558b4"
 
-// RateLimitV2 is rate_limit_v2.lua, the script the Redis store runs: the
+// RateLimitV2 is rate_limit_v2.lua, the script the Redis store ran until v3: the
 // same all-or-nothing check as v1, with its arguments packed in one binary
 // string, and the sliding logs of small limits stored compactly (7 bytes
 // per unit in one string: one MGET reads every key of a call, one SET
@@ -38,3 +40,20 @@ var RateLimitV2 string
 // RateLimitV2SHA1 is the SHA1 of RateLimitV2. A test checks it against the
 // embedded text.
 const RateLimitV2SHA1 = "982be2a579b642d3de2febeea7008ebca8d1458e"
+
+// RateLimitV3 is rate_limit_v3.lua, the script the Redis store runs: the
+// all-or-nothing check of v2 for n identical requests at one instant (the
+// store's ports.Repeater), with a GCRA value that carries the emission
+// interval it was written with, the conversions of a change of limit,
+// period or algorithm, a grace for instants out of order, and every value
+// it reads validated before it writes (a foreign value is the error reply
+// "SLUICEVALUE <i> <reason>"). It reads every key v1 and v2 write. Its
+// header documents the KEYS/ARGV layout, the reply and the encodings; see
+// docs/adr/009-stored-state-and-script-v3.md.
+//
+//go:embed rate_limit_v3.lua
+var RateLimitV3 string
+
+// RateLimitV3SHA1 is the SHA1 of RateLimitV3. A test checks it against the
+// embedded text.
+const RateLimitV3SHA1 = "8d5018c69d580b6c385e238556229c93312f162b"

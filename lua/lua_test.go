@@ -33,3 +33,16 @@ func TestRateLimitV2IsImmutable(t *testing.T) {
 		t.Fatalf("RateLimitV2SHA1 = %s, pinned %s", RateLimitV2SHA1, pinnedRateLimitV2)
 	}
 }
+
+// pinnedRateLimitV3 is the SHA1 of the released rate_limit_v3.lua.
+const pinnedRateLimitV3 = "8d5018c69d580b6c385e238556229c93312f162b"
+
+func TestRateLimitV3IsImmutable(t *testing.T) {
+	sum := sha1.Sum([]byte(RateLimitV3))
+	if got := hex.EncodeToString(sum[:]); got != pinnedRateLimitV3 {
+		t.Fatalf("rate_limit_v3.lua has SHA1 %s, pinned %s: released scripts are immutable; put changes in rate_limit_v4.lua", got, pinnedRateLimitV3)
+	}
+	if RateLimitV3SHA1 != pinnedRateLimitV3 {
+		t.Fatalf("RateLimitV3SHA1 = %s, pinned %s", RateLimitV3SHA1, pinnedRateLimitV3)
+	}
+}

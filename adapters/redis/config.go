@@ -33,6 +33,49 @@ const DefaultMinTTL = time.Second
 // would make every call copy a longer string. See docs/adr/003.
 const CompactLogMaxLimit = 1024
 
+// DefaultGrace is how far out of order (earlier than the latest instant a
+// key has seen) a caller's now may be while a sliding log still counts
+// every unit inside the caller's own window, when Config.Grace is zero.
+// 250 ms covers a now read before a call that waited in a queue (the
+// store deadline is 50 ms) and the clock skew of hosts kept by NTP, which
+// is what puts instants out of order: with ServerTime a failover to a
+// node whose clock is behind, with CallerTime callers' clocks. It costs a
+// log the units of one more grace (of its period, for a window shorter
+// than the grace: the grace of a window is min(grace, period)), and that
+// much more Redis time. See docs/adr/009-stored-state-and-script-v3.md.
+const DefaultGrace = 250 * time.Millisecond
+
+// StateFormat says which stored encodings the Redis store writes, for a
+// rolling upgrade from (or rollback to) an older sluice that shares the
+// keys.
+type StateFormat uint8
+
+const (
+	// FormatV3, the default, writes every encoding of rate_limit_v3: a GCRA
+	// value carries the emission interval it was written with, so that a
+	// change of limit or period keeps the units consumed.
+	FormatV3 StateFormat = iota
+	// FormatV2 writes a GCRA value as a bare decimal TAT, the only GCRA
+	// encoding rate_limit_v2 reads (v2 fails on a v3 GCRA value): set it
+	// while v2 instances share the keys, i.e. during a rolling upgrade from
+	// v2 and before a rollback to it. Sliding logs need nothing: v2 and v3
+	// write the same ones. v3 reads both GCRA encodings whatever this
+	// says; a bare TAT is read with the reading window's interval, as v2
+	// did. See docs/runbook.md, "Upgrading from v2".
+	FormatV2
+)
+
+// String returns "v3" or "v2".
+func (f StateFormat) String() string {
+	switch f {
+	case FormatV3:
+		return "v3"
+	case FormatV2:
+		return "v2"
+	}
+	return fmt.Sprintf("state_format(%d)", uint8(f))
+}
+
 // LogEncoding says how the Redis store keeps sliding logs.
 type LogEncoding uint8
 
@@ -44,8 +87,9 @@ const (
 	// the only encoding rate_limit_v1 reads: set it while instances that
 	// run v1 (an older sluice) share the keys, i.e. during a rolling
 	// upgrade from v1 or before a rollback to it. v1 counts a compact log
-	// as empty; v2 reads both encodings whatever this says, and rewrites a
-	// key in the encoding its window wants on its next admitted request.
+	// as empty; v2 and v3 read both encodings whatever this says, and
+	// rewrite a key in the encoding its window wants on its next admitted
+	// request.
 	LogZSet
 )
 
@@ -164,6 +208,17 @@ type Config struct {
 	// an idle key occupies memory. Rounded up to the millisecond; at least
 	// 1 ms.
 	MinTTL time.Duration
+	// Grace is how far out of order a now may be while a sliding log still
+	// counts every unit inside that now's window (rule S5 of
+	// docs/adr/009-stored-state-and-script-v3.md): a log forgets a unit
+	// only once it is older than the latest instant the key has seen
+	// minus the period minus min(Grace, period), and keeps its key that
+	// much longer. 0 means DefaultGrace; a negative value means none.
+	Grace time.Duration
+	// Format says which stored encodings the store writes: v3's (the
+	// default) or, while rate_limit_v2 instances share the keys, only what
+	// v2 reads. See StateFormat.
+	Format StateFormat
 	// ClientName is sent with CLIENT SETNAME, to spot the store's
 	// connections in CLIENT LIST; empty means "sluice".
 	ClientName string
@@ -196,6 +251,10 @@ func (c Config) validate(haveClient bool) error {
 		return &domain.ConfigError{Field: "redis.time", Reason: "unknown time source"}
 	case c.Log > LogZSet:
 		return &domain.ConfigError{Field: "redis.log", Reason: "unknown log encoding"}
+	case c.Format > FormatV2:
+		return &domain.ConfigError{Field: "redis.format", Reason: "unknown state format"}
+	case c.Grace > domain.MaxPeriod:
+		return &domain.ConfigError{Field: "redis.grace", Reason: "must be at most the longest period"}
 	case c.Mode == ModeCluster && c.DB != 0:
 		return &domain.ConfigError{Field: "redis.db", Reason: "a cluster has database 0 only"}
 	}
@@ -239,6 +298,18 @@ func (c Config) timeout() time.Duration {
 		return DefaultTimeout
 	}
 	return c.Timeout
+}
+
+// graceMicros returns Grace or its default, in whole microseconds (0 for
+// a negative Grace).
+func (c Config) graceMicros() int64 {
+	switch {
+	case c.Grace < 0:
+		return 0
+	case c.Grace == 0:
+		return DefaultGrace.Microseconds()
+	}
+	return c.Grace.Microseconds()
 }
 
 // minTTLMillis returns MinTTL or its default, in whole milliseconds rounded

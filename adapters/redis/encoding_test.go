@@ -2,7 +2,11 @@ package redis_test
 
 import (
 	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,15 +129,21 @@ func TestEncodingChanges(t *testing.T) {
 		assert.False(t, eval(t, s, now.Add(2*time.Second), k, small, 1).Allowed)
 	})
 	t.Run("GCRAKeyUnderASlidingLog", func(t *testing.T) {
+		// S3: the units a GCRA state holds (ceil((TAT - now) / T_w)),
+		// stamped at the instant of the change; v2 counted the log full
+		// until the TAT, which let 11 through a limit of 10 after one unit.
 		k := key(t)
 		require.True(t, eval(t, s, now, k, gcra(2, time.Minute), 1).Allowed) // TAT = now + 30 s
 		w := sliding(10, time.Minute)
 		r := peek(t, s, now.Add(10*time.Second), k, w)
-		assert.False(t, r.Allowed, "full until the TAT")
-		assert.Equal(t, 20*time.Second, r.RetryAfter)
-		assert.False(t, eval(t, s, now.Add(29*time.Second), k, w, 1).Allowed)
-		require.True(t, eval(t, s, now.Add(30*time.Second), k, w, 1).Allowed)
-		assert.Len(t, compactUnits(t, do(t, addr, "GET", k).(string)), 1)
+		assert.True(t, r.Allowed)
+		assert.Equal(t, int64(9), r.Remaining, "one unit outstanding")
+		require.True(t, eval(t, s, now.Add(10*time.Second), k, w, 9).Allowed)
+		assert.False(t, eval(t, s, now.Add(11*time.Second), k, w, 1).Allowed, "10 of 10")
+		assert.Len(t, compactUnits(t, do(t, addr, "GET", k).(string)), 10)
+		r = peek(t, s, now.Add(70*time.Second-time.Microsecond), k, w)
+		assert.False(t, r.Allowed, "the units stamped at the change leave a period later")
+		assert.True(t, peek(t, s, now.Add(70*time.Second), k, w).Allowed)
 	})
 	t.Run("SlidingLogUnderGCRA", func(t *testing.T) {
 		for _, st := range []*redis.Store{s, zs} { // compact and ZSET logs
@@ -144,9 +154,417 @@ func TestEncodingChanges(t *testing.T) {
 			assert.Equal(t, int64(1), r.Remaining)
 			require.True(t, eval(t, st, now, k, w, 1).Allowed)
 			assert.False(t, eval(t, st, now, k, w, 1).Allowed)
-			tat, err := strconv.ParseInt(do(t, addr, "GET", k).(string), 10, 64)
-			require.NoError(t, err)
+			tat, tw := gcraValue(t, do(t, addr, "GET", k).(string))
 			assert.Equal(t, now.Add(time.Minute).UnixMicro(), tat)
+			assert.Equal(t, w.EmissionMicros(), tw)
 		}
 	})
+}
+
+// spend evaluates cost-1 requests on key under w at now until one is
+// refused (at most max) and returns how many passed and the first one's
+// remaining count.
+func spend(t *testing.T, s *redis.Store, now time.Time, key string, w domain.Window, max int) (passed int, firstRemaining int64) {
+	t.Helper()
+	firstRemaining = -1
+	for range max {
+		r, err := s.Evaluate(t.Context(), now, []domain.Limit{{Key: key, Window: w, Cost: 1}})
+		require.NoError(t, err)
+		if !r.Allowed {
+			break
+		}
+		if passed == 0 {
+			firstRemaining = r.Remaining
+		}
+		passed++
+	}
+	return passed, firstRemaining
+}
+
+// TestWindowChangesKeepTheUnitsConsumed: the units a key holds survive a
+// change of its window's limit, period or algorithm, in both directions
+// (rules S1-S4 of docs/adr/009): issue 15's plan changes, issue 20's
+// change of algorithm, a change mid-window, a v2 GCRA value, and a fresh
+// GCRA key before 1970. v2 fails every case but the v2 value's.
+func TestWindowChangesKeepTheUnitsConsumed(t *testing.T) {
+	s := newStore(t, topologies[0].cfg(t))
+	t0 := time.Now().Truncate(time.Second)
+	cases := []struct {
+		name      string
+		before    domain.Window
+		spent     int64 // units consumed at t0 under before, cost 2 when even and a log
+		after     domain.Window
+		at        time.Duration // when after is first used, from t0
+		more      int           // how many more cost-1 requests pass then
+		remaining int64         // the first of them reports (-1: none passes)
+	}{
+		{"GCRALimitLowered", gcra(10, 10*time.Second), 8, gcra(5, 10*time.Second), 0, 0, -1},
+		{"GCRALimitRaised", gcra(5, 10*time.Second), 5, gcra(10, 10*time.Second), 0, 5, 4},
+		{"GCRAPeriodLonger", gcra(10, 10*time.Second), 8, gcra(10, 20*time.Second), 0, 2, 1},
+		{"GCRAPeriodShorter", gcra(10, 20*time.Second), 4, gcra(10, 10*time.Second), 0, 6, 5},
+		{"GCRALimitLoweredMidWindow", gcra(10, 10*time.Second), 8, gcra(5, 10*time.Second), 5 * time.Second, 2, 1},
+		{"GCRALimitLoweredPartlyDrained", gcra(10, 10*time.Second), 8, gcra(5, 10*time.Second), 4500 * time.Millisecond, 1, 0},
+		{"LogLimitLowered", sliding(10, 10*time.Second), 8, sliding(5, 10*time.Second), 0, 0, -1},
+		{"LogLimitRaised", sliding(5, 10*time.Second), 5, sliding(10, 10*time.Second), 0, 5, 4},
+		{"LogToGCRA", sliding(10, 10*time.Second), 6, gcra(10, 10*time.Second), 0, 4, 3},
+		{"LogToGCRAMidWindow", sliding(10, 10*time.Second), 6, gcra(10, 10*time.Second), 9 * time.Second, 4, 3},
+		{"GCRAToLog", gcra(10, 10*time.Second), 6, sliding(10, 10*time.Second), 0, 4, 3},
+		{"GCRAToLogMidWindow", gcra(10, 10*time.Second), 6, sliding(10, 10*time.Second), 2500 * time.Millisecond, 6, 5},
+		{"GCRAToLargeLog", gcra(2000, 10*time.Second), 1500, sliding(2000, 10*time.Second), 0, 500, 499},
+		{"LargeLogToGCRA", sliding(2000, 10*time.Second), 1500, gcra(2000, 10*time.Second), 0, 500, 499},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			k := "chg:{" + tag(t) + "}"
+			t.Cleanup(func() { _ = s.Reset(context.Background(), k) })
+			cost := int64(1)
+			if c.before.Algorithm == domain.SlidingLog && c.spent%2 == 0 {
+				cost = 2 // issue 20: cost > 1
+			}
+			r, err := s.Evaluate(t.Context(), t0, []domain.Limit{{Key: k, Window: c.before, Cost: c.spent}})
+			require.NoError(t, err)
+			if c.spent > 1 && cost == 1 {
+				require.True(t, r.Allowed)
+			} else {
+				require.NoError(t, s.Reset(t.Context(), k))
+				for range c.spent / cost {
+					r, err := s.Evaluate(t.Context(), t0, []domain.Limit{{Key: k, Window: c.before, Cost: cost}})
+					require.NoError(t, err)
+					require.True(t, r.Allowed)
+				}
+			}
+			more, first := spend(t, s, t0.Add(c.at), k, c.after, 3000)
+			assert.Equal(t, c.more, more, "requests passed after the change")
+			assert.Equal(t, c.remaining, first, "remaining after the first of them")
+		})
+	}
+	t.Run("V2GCRAValue", func(t *testing.T) {
+		// A bare decimal TAT (v2) reads with the reading window's interval.
+		k := "chg:{" + tag(t) + "}"
+		t.Cleanup(func() { _ = s.Reset(context.Background(), k) })
+		do(t, redistest.Standalone(t), "SET", k, strconv.FormatInt(t0.Add(8*time.Second).UnixMicro(), 10), "PX", "60000")
+		more, first := spend(t, s, t0, k, gcra(10, 10*time.Second), 20)
+		assert.Equal(t, 2, more)
+		assert.Equal(t, int64(1), first)
+	})
+	t.Run("FreshGCRAKeyBefore1970", func(t *testing.T) {
+		k := "chg:{" + tag(t) + "}"
+		t.Cleanup(func() { _ = s.Reset(context.Background(), k) })
+		early := time.Date(1969, 7, 20, 20, 17, 0, 0, time.UTC)
+		more, first := spend(t, s, early, k, gcra(3, time.Hour), 10)
+		assert.Equal(t, 3, more)
+		assert.Equal(t, int64(2), first)
+		more, _ = spend(t, s, early, k, sliding(5, time.Hour), 10)
+		assert.Equal(t, 2, more, "S3 before 1970 too")
+	})
+}
+
+// TestForeignValues: a key holding a value sluice did not write (issue 22
+// item 4) fails that request with a *domain.StoreValueError naming the
+// key, and the script writes nothing, on any key of the request: not the
+// first key before the bad one is met (v2 counted units there for a
+// request it then failed), not the bad key itself (v2 never gave it a
+// TTL). v2 fails every case: a script error (ErrStoreUnavailable), a wrong
+// decision, or a write.
+func TestForeignValues(t *testing.T) {
+	addr := redistest.Standalone(t)
+	s := newStore(t, topologies[0].cfg(t))
+	now := time.Now().Truncate(time.Second)
+	future := func(d time.Duration) string {
+		var b [8]byte
+		binary.BigEndian.PutUint64(b[:], uint64(now.Add(d).UnixMicro()))
+		return "\x01" + string(b[1:])
+	}
+	set := func(v string) func(k string) { return func(k string) { do(t, addr, "SET", k, v) } }
+	small, large, g := sliding(5, time.Minute), sliding(2000, time.Minute), gcra(5, time.Minute)
+	cases := []struct {
+		name   string
+		w      domain.Window
+		write  func(k string)
+		reason string
+	}{
+		{"ZSetScoredPlusInf", small, func(k string) { do(t, addr, "ZADD", k, "+inf", "m") }, "range"},
+		{"ZSetScoredPlusInfLarge", large, func(k string) { do(t, addr, "ZADD", k, "1", "a", "+inf", "m") }, "range"},
+		{"ZSetScoredMinusInf", large, func(k string) { do(t, addr, "ZADD", k, "-inf", "m") }, "range"},
+		{"ZSetUnderGCRAScoredPlusInf", g, func(k string) { do(t, addr, "ZADD", k, "+inf", "m") }, "range"},
+		{"ZSetFarAhead", small, func(k string) { do(t, addr, "ZADD", k, "1e17", "m") }, "future"},
+		{"GCRAInf", g, set("inf"), "range"},
+		{"GCRAMinusInf", g, set("-inf"), "range"},
+		{"GCRANaN", g, set("nan"), "range"},
+		{"GCRA1e19", g, set("1e19"), "range"},
+		{"GCRAFraction", g, set("1.5"), "range"},
+		{"GCRAWords", g, set("hello"), "malformed"},
+		{"GCRAEmpty", g, set(""), "malformed"},
+		{"GCRAFarAhead", g, set(strconv.FormatInt(now.Add(100*365*24*time.Hour).UnixMicro(), 10)), "future"},
+		{"GCRAV3Short", g, set("\x02\x00\x01"), "malformed"},
+		{"GCRAV3ZeroInterval", g, set("\x02" + strings.Repeat("\x00", 16)), "range"},
+		{"CompactTruncated", small, set("\x01\x00\x01\x02"), "malformed"},
+		{"CompactFarAhead", small, set(future(100 * 365 * 24 * time.Hour)), "future"},
+		{"CompactFarAheadUnderGCRA", g, set(future(100 * 365 * 24 * time.Hour)), "future"},
+		{"CompactUnsorted", small, set(future(time.Hour) + future(0)[1:]), "malformed"},
+	}
+	for _, w := range []domain.Window{small, large, g} {
+		for _, typ := range []struct {
+			name  string
+			write func(k string)
+		}{
+			{"List", func(k string) { do(t, addr, "RPUSH", k, "x") }},
+			{"Hash", func(k string) { do(t, addr, "HSET", k, "f", "1") }},
+			{"Set", func(k string) { do(t, addr, "SADD", k, "x") }},
+			{"Stream", func(k string) { do(t, addr, "XADD", k, "*", "f", "1") }},
+		} {
+			name := fmt.Sprintf("%sUnder%s%d", typ.name, w.Algorithm, w.Limit)
+			cases = append(cases, struct {
+				name   string
+				w      domain.Window
+				write  func(k string)
+				reason string
+			}{name, w, typ.write, "wrongtype"})
+		}
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tg := tag(t)
+			first, bad, last := "fv:{"+tg+"}:first", "fv:{"+tg+"}:bad", "fv:{"+tg+"}:last"
+			c.write(bad)
+			t.Cleanup(func() {
+				for _, k := range []string{first, bad, last} {
+					_ = s.Reset(context.Background(), k)
+				}
+			})
+			typ, dump := do(t, addr, "TYPE", bad), do(t, addr, "DUMP", bad)
+			limits := []domain.Limit{
+				{Key: first, Window: sliding(10, time.Minute), Cost: 1},
+				{Key: bad, Window: c.w, Cost: 1},
+				{Key: last, Window: gcra(10, time.Minute), Cost: 1},
+			}
+			for _, op := range []string{"evaluate", "peek"} {
+				var err error
+				if op == "evaluate" {
+					_, err = s.Evaluate(t.Context(), now, limits)
+				} else {
+					_, err = s.Peek(t.Context(), now, limits)
+				}
+				var ve *domain.StoreValueError
+				if !assert.ErrorAs(t, err, &ve, "%s", op) {
+					continue
+				}
+				assert.ErrorIs(t, err, domain.ErrStoreValue)
+				assert.NotErrorIs(t, err, domain.ErrStoreUnavailable, "a request's fault, not an outage")
+				assert.Equal(t, domain.CodeStoreValue, domain.CodeOf(err))
+				assert.Equal(t, 1, ve.Index)
+				assert.Equal(t, bad, ve.Key)
+				assert.Equal(t, c.reason, ve.Reason)
+			}
+			assert.Equal(t, int64(0), do(t, addr, "EXISTS", first, last), "nothing written on the other keys")
+			assert.Equal(t, typ, do(t, addr, "TYPE", bad))
+			assert.Equal(t, dump, do(t, addr, "DUMP", bad), "the foreign value is left as it was")
+			assert.Equal(t, int64(-1), do(t, addr, "PTTL", bad))
+		})
+	}
+}
+
+// TestTTLsAreBounded: a value from the future inside the bound, or a log
+// under a grace, never makes a TTL longer than the key needs (its newest
+// unit plus the window plus the grace; a GCRA key its TAT), never NaN or
+// negative.
+func TestTTLsAreBounded(t *testing.T) {
+	srv, s := newDedicated(t, redis.Config{Grace: 5 * time.Second})
+	now := time.Now().Truncate(time.Millisecond)
+	ahead := now.Add(time.Hour)
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(ahead.UnixMicro()))
+	do(t, srv.Addr(), "SET", "ttl:{x}:log", "\x01"+string(b[1:]))
+	do(t, srv.Addr(), "ZADD", "ttl:{x}:zset", strconv.FormatInt(ahead.UnixMicro(), 10), "m")
+	limits := []domain.Limit{
+		{Key: "ttl:{x}:log", Window: sliding(5, time.Minute), Cost: 1},
+		{Key: "ttl:{x}:zset", Window: sliding(2000, time.Minute), Cost: 1},
+		{Key: "ttl:{x}:gcra", Window: gcra(5, time.Minute), Cost: 2},
+	}
+	r, err := s.Evaluate(t.Context(), now, limits)
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	for _, c := range []struct {
+		key string
+		max time.Duration
+	}{
+		{"ttl:{x}:log", time.Hour + time.Minute + 5*time.Second},
+		{"ttl:{x}:zset", time.Hour + time.Minute + 5*time.Second},
+		{"ttl:{x}:gcra", 24 * time.Second},
+	} {
+		pttl := do(t, srv.Addr(), "PTTL", c.key).(int64)
+		assert.Positive(t, pttl, c.key)
+		assert.LessOrEqual(t, pttl, c.max.Milliseconds(), c.key)
+		assert.Greater(t, pttl, (c.max - 2*time.Second).Milliseconds(), c.key)
+	}
+}
+
+// v2Evaluate runs the released rate_limit_v2.lua on limits, with its own
+// argument layout, as an instance of the previous release does (compact
+// logs up to CompactLogMaxLimit, a 1 s TTL floor), and says whether it
+// admitted them; an error is the script's.
+func v2Evaluate(t *testing.T, addr string, now time.Time, limits []domain.Limit) (bool, error) {
+	t.Helper()
+	p := binary.BigEndian.AppendUint64(nil, uint64(now.UnixMicro()))
+	p = append(p, 1)
+	p = binary.BigEndian.AppendUint32(p, 1000)
+	p = binary.BigEndian.AppendUint32(p, redis.CompactLogMaxLimit)
+	args := []string{"EVAL", lua.RateLimitV2, strconv.Itoa(len(limits))}
+	for _, l := range limits {
+		args = append(args, l.Key)
+		p = append(p, byte(l.Window.Algorithm))
+		p = binary.BigEndian.AppendUint32(p, uint32(l.Window.Limit))
+		p = binary.BigEndian.AppendUint64(p, uint64(l.Window.PeriodMicros()))
+		p = binary.BigEndian.AppendUint32(p, uint32(l.Cost))
+	}
+	args = append(args, string(p), "v2-"+tag(t))
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	v, err := redistest.Do(ctx, addr, args...)
+	if err != nil {
+		return false, err
+	}
+	return v.([]any)[0].(int64) == 1, nil
+}
+
+// TestRollingUpgradeFromV2: v2 cannot read a v3 GCRA value (it carries
+// its interval), so during a rolling upgrade the v3 instances run with
+// Format: FormatV2; v2 and v3 then take turns on the same keys (GCRA, a
+// compact log, a ZSET log) without an error and together admit exactly
+// each limit. Once every instance runs v3, the switch is dropped and v3
+// reads what v2 left.
+func TestRollingUpgradeFromV2(t *testing.T) {
+	addr := redistest.Standalone(t)
+	cfg := topologies[0].cfg(t)
+	v3 := newStore(t, cfg)
+	cfg.Format = redis.FormatV2
+	mixed := newStore(t, cfg)
+	now := time.Now().Truncate(time.Second)
+	limitsOf := func(tg string) []domain.Limit {
+		return []domain.Limit{
+			{Key: "up:{" + tg + "}:gcra", Window: gcra(12, time.Minute), Cost: 1},
+			{Key: "up:{" + tg + "}:log", Window: sliding(40, time.Minute), Cost: 1},
+			{Key: "up:{" + tg + "}:zset", Window: sliding(2000, time.Minute), Cost: 1},
+		}
+	}
+	t.Run("V2FailsOnAV3GCRAValue", func(t *testing.T) {
+		limits := limitsOf(tag(t))
+		r, err := v3.Evaluate(t.Context(), now, limits)
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+		_, err = v2Evaluate(t, addr, now, limits)
+		require.Error(t, err, "v2 reads a v3 GCRA value: the switch would not be needed")
+	})
+	t.Run("SharedUnderFormatV2", func(t *testing.T) {
+		limits := limitsOf(tag(t))
+		admitted := 0
+		for i := range 20 {
+			at := now.Add(time.Duration(i) * time.Millisecond)
+			ok, err := v2Evaluate(t, addr, at, limits)
+			require.NoError(t, err, "turn %d", i)
+			if ok {
+				admitted++
+			}
+			r, err := mixed.Evaluate(t.Context(), at, limits)
+			require.NoError(t, err, "turn %d", i)
+			if r.Allowed {
+				admitted++
+			}
+		}
+		assert.Equal(t, 12, admitted, "the GCRA limit of 12, whoever decided")
+		r, err := v3.Peek(t.Context(), now.Add(time.Second), limits)
+		require.NoError(t, err, "v3 without the switch reads what both left")
+		assert.Equal(t, int64(40-12), r.Status(1).Remaining)
+		assert.Equal(t, int64(2000-12), r.Status(2).Remaining)
+		assert.False(t, r.Allowed)
+	})
+}
+
+// TestRandomForeignStrings writes random strings (random bytes, and
+// near-misses of each encoding: a compact log of random instants, a v3
+// GCRA value of random fields, random decimal text) into the middle key
+// of a request and checks what the script does with them under windows
+// of both algorithms: it never fails with a script error, it either
+// decides (every key then carrying a TTL no longer than its need) or
+// answers a StoreValueError for that key having written nothing.
+func TestRandomForeignStrings(t *testing.T) {
+	addr := redistest.Standalone(t)
+	s := newStore(t, topologies[0].cfg(t))
+	now := time.Now().Truncate(time.Millisecond)
+	rng := rand.New(rand.NewPCG(7, 11))
+	be := func(v uint64, n int) string {
+		var b [8]byte
+		binary.BigEndian.PutUint64(b[:], v)
+		return string(b[8-n:])
+	}
+	values := []func() string{
+		func() string { // random bytes
+			b := make([]byte, rng.IntN(40))
+			for i := range b {
+				b[i] = byte(rng.IntN(256))
+			}
+			return string(b)
+		},
+		func() string { // a compact log of random instants
+			v := "\x01"
+			for range rng.IntN(6) {
+				v += be(rng.Uint64()>>uint(rng.IntN(9)*8), 7)
+			}
+			return v
+		},
+		func() string { // a compact log of plausible instants
+			v := "\x01"
+			at := now.Add(-time.Duration(rng.IntN(120)) * time.Second).UnixMicro()
+			for range rng.IntN(6) {
+				at += rng.Int64N(int64(40 * time.Second / time.Microsecond))
+				v += be(uint64(at), 7)
+			}
+			return v
+		},
+		func() string { // a v3 GCRA value of random fields
+			return "\x02" + be(rng.Uint64()>>uint(rng.IntN(9)*7), 8) + be(rng.Uint64()>>uint(rng.IntN(9)*7), 8)
+		},
+		func() string { // decimal text
+			return []string{"0", "-1", "1e15", "9007199254740993", "0x10", " 42", "1e308", "-1e308", "4.5e15", "+7"}[rng.IntN(10)]
+		},
+	}
+	windows := []domain.Window{sliding(5, time.Minute), sliding(2000, time.Minute), gcra(5, time.Minute), gcra(1000, time.Hour)}
+	outcomes := map[string]int{}
+	for i := range 600 {
+		tg := tag(t)
+		first, bad, last := "rf:{"+tg+"}:a", "rf:{"+tg+"}:b", "rf:{"+tg+"}:c"
+		v := values[rng.IntN(len(values))]()
+		do(t, addr, "SET", bad, v)
+		w := windows[rng.IntN(len(windows))]
+		limits := []domain.Limit{
+			{Key: first, Window: sliding(10, time.Minute), Cost: 1},
+			{Key: bad, Window: w, Cost: 1 + rng.Int64N(3)},
+			{Key: last, Window: gcra(10, time.Minute), Cost: 1},
+		}
+		r, err := s.Evaluate(t.Context(), now, limits)
+		if err != nil {
+			var ve *domain.StoreValueError
+			require.ErrorAs(t, err, &ve, "case %d: %q under %+v", i, v, w)
+			require.Equal(t, 1, ve.Index)
+			require.Equal(t, int64(0), do(t, addr, "EXISTS", first, last), "case %d: written before the error", i)
+			require.Equal(t, v, do(t, addr, "GET", bad))
+			outcomes[ve.Reason]++
+		} else if r.Allowed {
+			outcomes["allowed"]++
+			for j, l := range limits {
+				pttl := do(t, addr, "PTTL", l.Key).(int64)
+				require.Positive(t, pttl, "case %d: %q under %+v: key %d", i, v, w, j)
+				require.LessOrEqual(t, pttl, (3 * domain.MaxPeriod).Milliseconds(), "case %d: %q under %+v: key %d", i, v, w, j)
+			}
+		} else {
+			outcomes["refused"]++
+		}
+		for _, k := range []string{first, bad, last} {
+			require.NoError(t, s.Reset(t.Context(), k))
+		}
+	}
+	t.Logf("outcomes: %v", outcomes)
+	for _, o := range []string{"allowed", "refused", "malformed", "range", "future"} {
+		assert.Positive(t, outcomes[o], "no case ended %s: the generator missed a path", o)
+	}
 }

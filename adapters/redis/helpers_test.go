@@ -76,7 +76,7 @@ func do(t testing.TB, addr string, args ...string) any {
 	return v
 }
 
-// compactUnits decodes a compact sliding log (see lua/rate_limit_v2.lua):
+// compactUnits decodes a compact sliding log (see lua/rate_limit_v3.lua):
 // "\x01", then the instant of each unit, unix microseconds in 7 bytes,
 // big-endian.
 func compactUnits(t testing.TB, v string) []int64 {
@@ -91,4 +91,13 @@ func compactUnits(t testing.TB, v string) []int64 {
 		units = append(units, int64(binary.BigEndian.Uint64(b[:])))
 	}
 	return units
+}
+
+// gcraValue decodes a GCRA value of rate_limit_v3 ("\x02", i8 TAT, i8
+// emission interval) into its TAT and interval.
+func gcraValue(t testing.TB, v string) (tat, interval int64) {
+	t.Helper()
+	require.Len(t, v, 17, "not a v3 GCRA value: %q", v)
+	require.Equal(t, byte(2), v[0], "not a v3 GCRA value: %q", v)
+	return int64(binary.BigEndian.Uint64([]byte(v[1:9]))), int64(binary.BigEndian.Uint64([]byte(v[9:17])))
 }

@@ -1,9 +1,11 @@
 // Package redis is the sluice Store on Redis, standalone or Cluster, through
 // github.com/redis/rueidis.
 //
-// Every call is one round trip: the versioned script lua.RateLimitV2
+// Every call is one round trip: the versioned script lua.RateLimitV3
 // checks all the limits of a request and consumes on every key only when
 // every limit admits, atomically, since a script runs alone on its node.
+// The same call decides n identical requests at one instant
+// (EvaluateRepeated, ports.Repeater), in O(keys) work whatever n.
 // The script is sent with EVALSHA; when the server does not know it
 // (NOSCRIPT, e.g. after a restart or SCRIPT FLUSH), rueidis sends it once
 // with EVAL, which also caches it, so a flushed script cache costs one
@@ -14,7 +16,17 @@
 // every log. v1 counts a compact log as empty: while instances of an older
 // sluice share the keys (a rolling upgrade, or before a rollback), set
 // Config.Log to LogZSet. docs/adr/003-sliding-log-versus-gcra.md says why
-// and what it costs.
+// and what it costs. A GCRA value carries the emission interval it was
+// written with, which v2 cannot read: while v2 instances share the keys,
+// set Config.Format to FormatV2.
+//
+// The units a key holds survive a change of its window's limit, period or
+// algorithm, and a sliding log counts correctly for callers whose instants
+// are out of order by less than Config.Grace: the rules S1-S7 of
+// docs/adr/009-stored-state-and-script-v3.md, which every store follows.
+// A key holding a value the script cannot interpret (a wrong type, a
+// malformed or out-of-range value written by something else) fails that
+// request with a *domain.StoreValueError and nothing is written.
 //
 // All keys of one call must hash to one Redis Cluster slot (sluice keys
 // share a {hash tag}); a request whose keys do not is refused with
@@ -49,6 +61,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,7 +89,9 @@ import (
 //     script error): the error wraps domain.ErrStoreUnavailable.
 //
 // A call after Close wraps domain.ErrStoreClosed, a malformed request is a
-// *domain.LimitError, and keys spanning two slots domain.ErrCrossSlot.
+// *domain.LimitError, keys spanning two slots domain.ErrCrossSlot, and a
+// key holding a value the script cannot interpret a
+// *domain.StoreValueError (that request's fault, not an outage).
 type Store struct {
 	client     rueidis.Client
 	ownClient  bool
@@ -86,6 +101,8 @@ type Store struct {
 	serverTime bool
 	minTTL     uint32 // milliseconds
 	compact    uint32 // largest sliding-log limit stored compactly
+	grace      int64  // microseconds (rule S5)
+	bareGCRA   bool   // Config.Format == FormatV2
 	closed     atomic.Bool
 
 	// noncePrefix is random per Store, nonceCounter counts calls: together
@@ -96,7 +113,10 @@ type Store struct {
 	bufs sync.Pool // *callBuf
 }
 
-var _ ports.Store = (*Store)(nil)
+var (
+	_ ports.Store    = (*Store)(nil)
+	_ ports.Repeater = (*Store)(nil)
+)
 
 // callBuf holds the KEYS and ARGV of one call, reused across calls so that
 // a decision allocates nothing for them. args are strings over packed and
@@ -110,15 +130,23 @@ type callBuf struct {
 	nonce  []byte
 }
 
-// Argument and reply layout of lua.RateLimitV2 (see the script's header).
+// Argument and reply layout of lua.RateLimitV3 (see the script's header).
 const (
-	packedHead     = 17 // i8 now, B flags, I4 floor of TTLs, I4 compact bound
+	packedHead     = 29 // i8 now, B flags, I4 floor of TTLs, I4 compact bound, i8 grace, I4 n
 	packedPerLimit = 17 // B algorithm, I4 limit, i8 period, I4 cost
 	flagConsume    = 1
 	flagServerTime = 2
-	replyHead      = 2
-	replyPerKey    = 4
+	flagBareGCRA   = 4
+	replyHead      = 1 // the number of requests admitted
+	replyAdmitted  = 2 // per key after the last admitted request: remaining, reset
+	replyRefused   = 3 // per key of a refused request (or Peek): remaining, retry, reset
 )
+
+// maxFigureMicros bounds a retry-after or reset-after the script may
+// report: a stored instant is at most two maximal periods ahead (the
+// script refuses a value further ahead), and a wait adds at most one
+// more period.
+const maxFigureMicros = 3 * int64(domain.MaxPeriod/time.Microsecond)
 
 // New connects to Redis as cfg says and returns a Store ready to serve:
 // within Config.DialTimeout it dials every pipelined connection of every
@@ -143,12 +171,14 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	}
 	s := &Store{
 		client:     o.client,
-		script:     rueidis.NewLuaScript(lua.RateLimitV2),
+		script:     rueidis.NewLuaScript(lua.RateLimitV3),
 		timeout:    cfg.timeout(),
 		ownTimeout: fmt.Sprintf("the store's own %s timeout (the call had no deadline)", cfg.timeout()),
 		serverTime: cfg.Time == ServerTime,
 		minTTL:     uint32(min(cfg.minTTLMillis(), math.MaxUint32)),
 		compact:    CompactLogMaxLimit,
+		grace:      cfg.graceMicros(),
+		bareGCRA:   cfg.Format == FormatV2,
 	}
 	if cfg.Log == LogZSet {
 		s.compact = 0
@@ -193,8 +223,8 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// LoadScript sends SCRIPT LOAD of lua.RateLimitV2 to every node and checks
-// that each answers with lua.RateLimitV2SHA1. New calls it; call it again
+// LoadScript sends SCRIPT LOAD of lua.RateLimitV3 to every node and checks
+// that each answers with lua.RateLimitV3SHA1. New calls it; call it again
 // after a server restart to spare the first decisions a NOSCRIPT round
 // trip. A node that cannot answer gives an error wrapping
 // domain.ErrStoreUnavailable (or domain.ErrStoreTimeout); a node that
@@ -205,12 +235,12 @@ func (s *Store) LoadScript(ctx context.Context) error {
 	}
 	var errs []error
 	for addr, node := range s.client.Nodes() {
-		sha, err := node.Do(ctx, node.B().ScriptLoad().Script(lua.RateLimitV2).Build()).ToString()
+		sha, err := node.Do(ctx, node.B().ScriptLoad().Script(lua.RateLimitV3).Build()).ToString()
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("SCRIPT LOAD on %s: %w", addr, s.mapErr(ctx, ctx, err, "the caller's deadline")))
-		case sha != lua.RateLimitV2SHA1:
-			errs = append(errs, fmt.Errorf("%w: SCRIPT LOAD on %s returned %s, want %s", ErrScriptMismatch, addr, sha, lua.RateLimitV2SHA1))
+		case sha != lua.RateLimitV3SHA1:
+			errs = append(errs, fmt.Errorf("%w: SCRIPT LOAD on %s returned %s, want %s", ErrScriptMismatch, addr, sha, lua.RateLimitV3SHA1))
 		}
 	}
 	return errors.Join(errs...)
@@ -224,56 +254,111 @@ func (s *Store) Client() rueidis.Client { return s.client }
 // if every limit admits it; see ports.Store. With ServerTime (the default),
 // now is ignored and the server's clock is used.
 func (s *Store) Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
-	return s.run(ctx, now, limits, true)
+	var rep domain.Repeated
+	if err := s.run(ctx, now, limits, 1, true, &rep); err != nil {
+		return domain.Result{}, err
+	}
+	if rep.Admitted == 1 {
+		return rep.Last, nil
+	}
+	return rep.Refused, nil
 }
 
-// Peek answers as Evaluate would, consuming nothing. It may delete entries
-// that have left their window, which changes no answer.
+// EvaluateRepeated decides n identical requests at now in one script call,
+// as n sequential Evaluate calls would; see ports.Repeater. The script's
+// work grows with the keys, not with n.
+func (s *Store) EvaluateRepeated(ctx context.Context, now time.Time, limits []domain.Limit, n int) (domain.Repeated, error) {
+	var rep domain.Repeated
+	if n < 1 || n > ports.MaxRepeat {
+		return rep, &domain.LimitError{Index: -1, Field: "n", Reason: fmt.Sprintf("must be between 1 and %d, got %d", ports.MaxRepeat, n)}
+	}
+	if err := s.run(ctx, now, limits, n, true, &rep); err != nil {
+		return domain.Repeated{}, err
+	}
+	return rep, nil
+}
+
+// Peek answers as Evaluate would, consuming nothing and writing nothing.
 func (s *Store) Peek(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
-	return s.run(ctx, now, limits, false)
+	var rep domain.Repeated
+	if err := s.run(ctx, now, limits, 1, false, &rep); err != nil {
+		return domain.Result{}, err
+	}
+	return rep.Refused, nil
 }
 
-func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, consume bool) (domain.Result, error) {
-	var res domain.Result
+// run sends one script call for n requests of limits and decodes its
+// reply into rep (for Peek, rep.Refused holds the statuses as they stand).
+func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, n int, consume bool, rep *domain.Repeated) error {
 	if s.closed.Load() {
-		return res, domain.ErrStoreClosed
+		return domain.ErrStoreClosed
 	}
 	if err := domain.ValidateLimits(limits); err != nil {
-		return res, err
+		return err
 	}
 	if ok, i := sameSlot(limits); !ok {
-		return res, fmt.Errorf("%w: limit %d hashes to slot %d, limit 0 to slot %d; give every key of a request the same {hash tag}",
+		return fmt.Errorf("%w: limit %d hashes to slot %d, limit 0 to slot %d; give every key of a request the same {hash tag}",
 			domain.ErrCrossSlot, i, Slot(limits[i].Key), Slot(limits[0].Key))
 	}
 	if ctx.Err() != nil {
-		return res, s.mapErr(ctx, ctx, ctx.Err(), "the caller's deadline")
+		return s.mapErr(ctx, ctx, ctx.Err(), "the caller's deadline")
 	}
 
 	buf := s.bufs.Get().(*callBuf)
-	s.pack(buf, now, limits, consume)
+	s.pack(buf, now, limits, n, consume)
 	cctx, cancel, whose := s.deadline(ctx)
 	defer cancel()
-	resp := s.script.Exec(cctx, s.client, buf.keys, buf.args[:])
+	resp := s.exec(cctx, buf)
 	if resp.NonRedisError() == nil {
 		// Redis answered: rueidis is done with the arguments.
 		defer s.bufs.Put(buf)
 	}
 	if err := resp.Error(); err != nil {
-		return res, s.mapErr(ctx, cctx, err, whose)
+		if verr := valueError(err, limits); verr != nil {
+			return verr
+		}
+		return s.mapErr(ctx, cctx, err, whose)
 	}
 	reply, err := resp.ToArray()
 	if err != nil {
-		return res, fmt.Errorf("%w: unexpected script reply: %w", domain.ErrStoreUnavailable, err)
+		return fmt.Errorf("%w: unexpected script reply: %w", domain.ErrStoreUnavailable, err)
 	}
-	if err := decode(reply, len(limits), &res); err != nil {
-		return res, err
-	}
-	return res, nil
+	return decode(reply, limits, n, consume, rep)
 }
 
-// pack writes the script's KEYS and ARGV for limits into buf, without
-// allocating: ARGV[1] is the binary header and limits, ARGV[2] the nonce.
-func (s *Store) pack(buf *callBuf, now time.Time, limits []domain.Limit, consume bool) {
+// exec runs the script once with buf's KEYS and ARGV: the one place a
+// decision reaches Redis.
+func (s *Store) exec(ctx context.Context, buf *callBuf) rueidis.RedisResult {
+	return s.script.Exec(ctx, s.client, buf.keys, buf.args[:])
+}
+
+// valuePrefix starts the script's error reply for a key holding a value it
+// cannot interpret: "SLUICEVALUE <i> <reason>", i counted from 1.
+const valuePrefix = "SLUICEVALUE "
+
+// valueError turns the script's SLUICEVALUE error reply into a
+// *domain.StoreValueError, or returns nil for any other error.
+func valueError(err error, limits []domain.Limit) error {
+	re, ok := rueidis.IsRedisErr(err)
+	if !ok {
+		return nil
+	}
+	msg, ok := strings.CutPrefix(re.Error(), valuePrefix)
+	if !ok {
+		return nil
+	}
+	idx, reason, _ := strings.Cut(msg, " ")
+	i, perr := strconv.Atoi(idx)
+	if perr != nil || i < 1 || i > len(limits) {
+		return fmt.Errorf("%w: script error reply names no key of the request: %q", domain.ErrStoreUnavailable, re.Error())
+	}
+	return &domain.StoreValueError{Index: i - 1, Key: limits[i-1].Key, Reason: reason}
+}
+
+// pack writes the script's KEYS and ARGV for n requests of limits into
+// buf, without allocating: ARGV[1] is the binary header and limits,
+// ARGV[2] the nonce.
+func (s *Store) pack(buf *callBuf, now time.Time, limits []domain.Limit, n int, consume bool) {
 	var flags byte
 	var us int64
 	if consume {
@@ -284,10 +369,15 @@ func (s *Store) pack(buf *callBuf, now time.Time, limits []domain.Limit, consume
 	} else {
 		us = now.UnixMicro()
 	}
+	if s.bareGCRA {
+		flags |= flagBareGCRA
+	}
 	p := binary.BigEndian.AppendUint64(buf.packed[:0], uint64(us))
 	p = append(p, flags)
 	p = binary.BigEndian.AppendUint32(p, s.minTTL)
 	p = binary.BigEndian.AppendUint32(p, s.compact)
+	p = binary.BigEndian.AppendUint64(p, uint64(s.grace))
+	p = binary.BigEndian.AppendUint32(p, uint32(n)) // 1..ports.MaxRepeat
 	keys := buf.keys[:0]
 	for i := range limits {
 		l := &limits[i]
@@ -309,35 +399,87 @@ func (s *Store) pack(buf *callBuf, now time.Time, limits []domain.Limit, consume
 	}
 }
 
-// decode fills res from the script's reply, aggregated by domain.NewResult.
-func decode(reply []rueidis.RedisMessage, n int, res *domain.Result) error {
-	if len(reply) != replyHead+replyPerKey*n {
-		return fmt.Errorf("%w: script reply has %d values, want %d", domain.ErrStoreUnavailable, len(reply), replyHead+replyPerKey*n)
+// decode fills rep from the script's reply to n requests of limits (for
+// Peek, consume false: rep.Refused holds the statuses as they stand),
+// aggregated by domain.NewResult. A reply of the wrong shape wraps
+// domain.ErrStoreUnavailable; a figure out of range (a remaining count
+// above domain.MaxLimit, a wait beyond any window) is a
+// *domain.StoreValueError of its key, never a decision.
+func decode(reply []rueidis.RedisMessage, limits []domain.Limit, n int, consume bool, rep *domain.Repeated) error {
+	k := len(limits)
+	if len(reply) < replyHead {
+		return fmt.Errorf("%w: empty script reply", domain.ErrStoreUnavailable)
 	}
-	var v [replyPerKey]int64
-	allowed, err := reply[0].AsInt64()
+	admitted, err := reply[0].AsInt64()
 	if err != nil {
 		return fmt.Errorf("%w: script reply: %w", domain.ErrStoreUnavailable, err)
 	}
+	if admitted < 0 || admitted > int64(n) {
+		return fmt.Errorf("%w: script reply admits %d of %d requests", domain.ErrStoreUnavailable, admitted, n)
+	}
+	want := replyHead
+	if consume && admitted > 0 {
+		want += replyAdmitted * k
+	}
+	if !consume || admitted < int64(n) {
+		want += replyRefused * k
+	}
+	if len(reply) != want {
+		return fmt.Errorf("%w: script reply has %d values, want %d", domain.ErrStoreUnavailable, len(reply), want)
+	}
+	*rep = domain.Repeated{N: n, Admitted: int(admitted)}
+	if !consume {
+		rep.Admitted = 0
+	}
 	var st [domain.MaxLimits]domain.LimitStatus
-	for i := range n {
-		for j := range v {
-			if v[j], err = reply[replyHead+replyPerKey*i+j].AsInt64(); err != nil {
-				return fmt.Errorf("%w: script reply: %w", domain.ErrStoreUnavailable, err)
+	var v [replyRefused]int64
+	at := replyHead
+	if consume && admitted > 0 {
+		for i := range k {
+			if err := figures(reply[at:at+replyAdmitted], v[:replyAdmitted], limits, i); err != nil {
+				return err
 			}
+			at += replyAdmitted
+			st[i] = domain.LimitStatus{Allowed: true, Remaining: v[0], ResetAfter: domain.Micros(v[1])}
 		}
-		st[i] = domain.LimitStatus{
-			Allowed:    v[0] == 1,
-			Remaining:  v[1],
-			RetryAfter: domain.Micros(v[2]),
-			ResetAfter: domain.Micros(v[3]),
+		rep.Last = domain.NewResult(st[:k])
+	}
+	if !consume || admitted < int64(n) {
+		for i := range k {
+			if err := figures(reply[at:at+replyRefused], v[:], limits, i); err != nil {
+				return err
+			}
+			at += replyRefused
+			st[i] = domain.LimitStatus{Allowed: v[1] == 0, Remaining: v[0], RetryAfter: domain.Micros(v[1]), ResetAfter: domain.Micros(v[2])}
+		}
+		rep.Refused = domain.NewResult(st[:k])
+		if wantAllowed := !consume && admitted > 0; rep.Refused.Allowed != wantAllowed {
+			// The script decides what it consumed; a disagreement would
+			// mean the script and domain.NewResult have drifted apart.
+			return fmt.Errorf("%w: script admits %d of %d, its per-key statuses say allowed=%t", domain.ErrStoreUnavailable, admitted, n, rep.Refused.Allowed)
 		}
 	}
-	*res = domain.NewResult(st[:n])
-	if res.Allowed != (allowed == 1) {
-		// The script decides what it consumed; a disagreement would mean the
-		// script and domain.NewResult have drifted apart.
-		return fmt.Errorf("%w: script says allowed=%d, its per-key statuses say %t", domain.ErrStoreUnavailable, allowed, res.Allowed)
+	return nil
+}
+
+// figures reads the integers of key i's statuses from vals into v and
+// range-checks them: v[0] a remaining count, the others waits in
+// microseconds.
+func figures(vals []rueidis.RedisMessage, v []int64, limits []domain.Limit, i int) error {
+	for j := range v {
+		x, err := vals[j].AsInt64()
+		if err != nil {
+			return fmt.Errorf("%w: script reply: %w", domain.ErrStoreUnavailable, err)
+		}
+		bound, what := maxFigureMicros, "a wait"
+		if j == 0 {
+			bound, what = limits[i].Window.Limit, "a remaining count"
+		}
+		if x < 0 || x > bound {
+			return &domain.StoreValueError{Index: i, Key: limits[i].Key,
+				Reason: fmt.Sprintf("the script reports %s of %d, outside 0..%d", what, x, bound)}
+		}
+		v[j] = x
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/domain"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/lua"
+	"github.com/sluicehq/sluice/ports"
 )
 
 // pinnedRateLimitV1 is the SHA1 the servers must know the script by.
@@ -44,56 +46,183 @@ func TestScriptSHA1IsPinned(t *testing.T) {
 	require.Equal(t, pinnedRateLimitV1, got)
 }
 
-// refStore is the pure Go reference (domain.LogState, domain.GCRAState)
-// driven the way every store drives it: check every limit, and commit only
-// when all admit.
+// refStore is the Go reference the script is replayed against: one key's
+// state whichever algorithm wrote it (a GCRA TAT with the interval it was
+// written with, or a sliding log's instants), read under any window by
+// the rules S1-S7 of docs/adr/009-stored-state-and-script-v3.md, checked
+// on every limit and committed only when all admit. Like the script, it
+// forgets a log's units only when it rewrites the key (an admitted
+// request), and a log's latest instant is its newest unit or now. It
+// decides n repeated requests by n sequential calls, the contract the
+// script computes in one pass.
 type refStore struct {
-	logs  map[string]*domain.LogState
-	gcras map[string]*domain.GCRAState
+	grace int64 // microseconds
+	keys  map[string]*refKey
 }
 
-func newRefStore() *refStore {
-	return &refStore{logs: map[string]*domain.LogState{}, gcras: map[string]*domain.GCRAState{}}
+// refKey is one key's state: nothing, a GCRA TAT and its interval, or a
+// sliding log's instants, ascending.
+type refKey struct {
+	gcra    bool
+	tat, tw int64
+	units   []int64
+}
+
+func newRefStore(grace time.Duration) *refStore {
+	return &refStore{grace: grace.Microseconds(), keys: map[string]*refKey{}}
+}
+
+// refView is what a key holds, read under a window at now.
+type refView struct {
+	start int64   // GCRA window: max(TAT, now), converted
+	units []int64 // log window: the units inside the window, ascending
+	kept  []int64 // log window: the units kept when the key is rewritten
+	fcut  int64
+}
+
+const refMaxPeriod = int64(domain.MaxPeriod / time.Microsecond)
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+func (r *refStore) view(k *refKey, now int64, w domain.Window) refView {
+	t, p := w.EmissionMicros(), w.PeriodMicros()
+	var v refView
+	logUnits := func() {
+		newest := int64(math.MinInt64)
+		if len(k.units) > 0 {
+			newest = k.units[len(k.units)-1]
+		}
+		latest := max(now, newest)
+		v.fcut = latest - p - min(r.grace, p)
+		lower := max(now-p, v.fcut)
+		for _, u := range k.units {
+			if u > v.fcut {
+				v.kept = append(v.kept, u)
+			}
+			if u > lower {
+				v.units = append(v.units, u)
+			}
+		}
+	}
+	if w.Algorithm == domain.GCRA {
+		v.start = now
+		switch {
+		case k == nil:
+		case k.gcra && k.tat > now && k.tw == t:
+			v.start = k.tat
+		case k.gcra && k.tat > now:
+			v.start = now + min(ceilDiv(k.tat-now, k.tw)*t, refMaxPeriod) // S1
+		case !k.gcra:
+			logUnits()
+			v.start = now + min(int64(len(v.units))*t, refMaxPeriod) // S2
+		}
+		return v
+	}
+	switch {
+	case k == nil:
+	case k.gcra && k.tat > now:
+		for range ceilDiv(k.tat-now, k.tw) { // S3
+			v.units = append(v.units, now)
+			v.kept = append(v.kept, now)
+		}
+	case !k.gcra:
+		logUnits() // S4, S5
+	}
+	return v
+}
+
+// status is one limit's status on view v after used more units at now.
+func refStatus(v refView, now int64, w domain.Window, cost, used int64) domain.LimitStatus {
+	t, p := w.EmissionMicros(), w.PeriodMicros()
+	var st domain.LimitStatus
+	if w.Algorithm == domain.GCRA {
+		start, capacity := v.start+used*t, t*w.Limit
+		st.Allowed = start+cost*t-now <= capacity
+		if !st.Allowed {
+			st.RetryAfter = domain.Micros(start + cost*t - capacity - now)
+		}
+		st.Remaining = max(floorDiv(capacity-(start-now), t), 0)
+		st.ResetAfter = domain.Micros(start - now)
+		return st
+	}
+	all := slices.Clone(v.units)
+	for range used {
+		all = append(all, now)
+	}
+	slices.Sort(all)
+	total := int64(len(all))
+	st.Allowed = total+cost <= w.Limit
+	if !st.Allowed {
+		st.RetryAfter = domain.Micros(all[total+cost-w.Limit-1] + p - now)
+	}
+	st.Remaining = max(w.Limit-total, 0)
+	if total > 0 {
+		st.ResetAfter = domain.Micros(all[total-1] + p - now)
+	}
+	return st
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
 }
 
 func (r *refStore) run(now time.Time, limits []domain.Limit, consume bool) domain.Result {
 	us := now.UnixMicro()
+	views := make([]refView, len(limits))
 	st := make([]domain.LimitStatus, len(limits))
 	for i, l := range limits {
-		if l.Window.Algorithm == domain.GCRA {
-			if r.gcras[l.Key] == nil {
-				r.gcras[l.Key] = &domain.GCRAState{}
-			}
-			st[i] = r.gcras[l.Key].Check(us, l.Window, l.Cost)
-		} else {
-			if r.logs[l.Key] == nil {
-				r.logs[l.Key] = &domain.LogState{}
-			}
-			st[i] = r.logs[l.Key].Check(us, l.Window, l.Cost)
-		}
+		views[i] = r.view(r.keys[l.Key], us, l.Window)
+		st[i] = refStatus(views[i], us, l.Window, l.Cost, 0)
 	}
 	res := domain.NewResult(st)
-	if res.Allowed && consume {
-		for i, l := range limits {
-			if l.Window.Algorithm == domain.GCRA {
-				st[i] = r.gcras[l.Key].Committed(us, l.Window, l.Cost, st[i])
-			} else {
-				st[i] = r.logs[l.Key].Committed(us, l.Window, l.Cost, st[i])
-			}
-		}
-		res = domain.NewResult(st)
+	if !res.Allowed || !consume {
+		return res
 	}
-	return res
+	for i, l := range limits {
+		st[i] = refStatus(views[i], us, l.Window, l.Cost, l.Cost)
+		st[i].Allowed, st[i].RetryAfter = true, 0
+		if l.Window.Algorithm == domain.GCRA { // S6
+			r.keys[l.Key] = &refKey{gcra: true, tat: views[i].start + l.Cost*l.Window.EmissionMicros(), tw: l.Window.EmissionMicros()}
+			continue
+		}
+		units := slices.Clone(views[i].kept)
+		for range l.Cost {
+			units = append(units, us)
+		}
+		slices.Sort(units)
+		r.keys[l.Key] = &refKey{units: units}
+	}
+	return domain.NewResult(st)
+}
+
+// repeated decides n requests by n sequential calls.
+func (r *refStore) repeated(now time.Time, limits []domain.Limit, n int) domain.Repeated {
+	rep := domain.Repeated{N: n}
+	for range n {
+		res := r.run(now, limits, true)
+		if !res.Allowed {
+			rep.Refused = res
+			break
+		}
+		rep.Admitted++
+		rep.Last = res
+	}
+	return rep
 }
 
 // TestScriptMatchesGoReference replays random timelines (mixed algorithms,
-// odd periods, costs, peeks, clock jumps both ways) on Redis and on the Go
-// reference, and requires identical results to the microsecond: on a
-// standalone server and a cluster, with sliding logs stored compactly (the
-// default) and as ZSETs. The windows straddle the compact bound
-// (CompactLogMaxLimit and one more), and one key is checked under either
-// of the two, so the store rewrites it from one encoding to the other
-// while it holds units (over a thousand times per run).
+// odd periods, costs, peeks, repeated requests, clock jumps both ways,
+// some beyond the grace) on Redis and on the Go reference, and requires
+// identical results to the microsecond: on a standalone server and a
+// cluster, with sliding logs stored compactly (the default) and as ZSETs.
+// The windows straddle the compact bound (CompactLogMaxLimit and one
+// more), one key is checked under either of the two, so the store
+// rewrites it from one encoding to the other while it holds units, and
+// one key changes algorithm, limit and period at random (rules S1-S4).
 func TestScriptMatchesGoReference(t *testing.T) {
 	windows := []domain.Window{
 		sliding(5, 10*time.Second),
@@ -106,23 +235,41 @@ func TestScriptMatchesGoReference(t *testing.T) {
 	}
 	// The key checked under either side of the compact bound.
 	straddle := []domain.Window{sliding(redis.CompactLogMaxLimit, 15*time.Second), sliding(redis.CompactLogMaxLimit+1, 15*time.Second)}
+	// The key whose window changes: limit, period and algorithm.
+	morph := []domain.Window{
+		sliding(10, 10*time.Second), gcra(10, 10*time.Second), sliding(5, 10*time.Second), gcra(5, 10*time.Second),
+		gcra(20, 15*time.Second), sliding(redis.CompactLogMaxLimit+5, 10*time.Second), gcra(3, 4*time.Second), sliding(3, 4*time.Second),
+	}
 	for _, topo := range topologies {
 		for _, enc := range []redis.LogEncoding{redis.LogCompact, redis.LogZSet} {
 			t.Run(topo.name+"/"+enc.String(), func(t *testing.T) {
 				cfg := topo.cfg(t)
 				cfg.Log = enc
-				replayAgainstReference(t, newStore(t, cfg), windows, straddle)
+				replayAgainstReference(t, newStore(t, cfg), redis.DefaultGrace, windows, straddle, morph)
 			})
 		}
 	}
+	t.Run("NoGrace", func(t *testing.T) {
+		cfg := topologies[0].cfg(t)
+		cfg.Grace = -1
+		replayAgainstReference(t, newStore(t, cfg), 0, windows, straddle, morph)
+	})
+	t.Run("BareGCRA", func(t *testing.T) {
+		// FormatV2 loses the interval: a GCRA key is read with the
+		// reading window's, so the reference keeps only windows whose
+		// GCRA interval never changes on a key.
+		cfg := topologies[0].cfg(t)
+		cfg.Format = redis.FormatV2
+		replayAgainstReference(t, newStore(t, cfg), redis.DefaultGrace, windows, straddle, []domain.Window{sliding(10, 10*time.Second), gcra(10, 10*time.Second)})
+	})
 }
 
-func replayAgainstReference(t *testing.T, s *redis.Store, windows, straddle []domain.Window) {
+func replayAgainstReference(t *testing.T, s *redis.Store, grace time.Duration, windows, straddle, morph []domain.Window) {
 	for seq := range 5 {
 		rng := rand.New(rand.NewPCG(uint64(seq), 42))
-		ref := newRefStore()
+		ref := newRefStore(grace)
 		tg := tag(t)
-		keys := make([]string, len(windows)+1)
+		keys := make([]string, len(windows)+2)
 		for i := range keys {
 			keys[i] = fmt.Sprintf("ref:{%s}:%d", tg, i)
 		}
@@ -138,9 +285,14 @@ func replayAgainstReference(t *testing.T, s *redis.Store, windows, straddle []do
 			idx := rng.Perm(len(keys))[:1+rng.IntN(len(keys))]
 			limits := make([]domain.Limit, len(idx))
 			for j, k := range idx {
-				w := straddle[rng.IntN(len(straddle))]
-				if k < len(windows) {
+				var w domain.Window
+				switch {
+				case k < len(windows):
 					w = windows[k]
+				case k == len(windows):
+					w = straddle[rng.IntN(len(straddle))]
+				default:
+					w = morph[rng.IntN(len(morph))]
 				}
 				cost := int64(1)
 				if rng.IntN(4) == 0 {
@@ -148,17 +300,24 @@ func replayAgainstReference(t *testing.T, s *redis.Store, windows, straddle []do
 				}
 				limits[j] = domain.Limit{Key: keys[k], Window: w, Cost: cost}
 			}
-			consume := rng.IntN(5) != 0
-			want := ref.run(now, limits, consume)
-			var got domain.Result
-			var err error
-			if consume {
-				got, err = s.Evaluate(t.Context(), now, limits)
-			} else {
-				got, err = s.Peek(t.Context(), now, limits)
+			switch op := rng.IntN(10); {
+			case op < 2:
+				want := ref.run(now, limits, false)
+				got, err := s.Peek(t.Context(), now, limits)
+				require.NoError(t, err)
+				require.Equal(t, want, got, "sequence %d step %d (peek) at %s: %+v", seq, step, now, limits)
+			case op < 4:
+				n := 1 + rng.IntN(6)
+				want := ref.repeated(now, limits, n)
+				got, err := s.EvaluateRepeated(t.Context(), now, limits, n)
+				require.NoError(t, err)
+				require.Equal(t, want, got, "sequence %d step %d (repeated %d) at %s: %+v", seq, step, n, now, limits)
+			default:
+				want := ref.run(now, limits, true)
+				got, err := s.Evaluate(t.Context(), now, limits)
+				require.NoError(t, err)
+				require.Equal(t, want, got, "sequence %d step %d at %s: %+v", seq, step, now, limits)
 			}
-			require.NoError(t, err)
-			require.Equal(t, want, got, "sequence %d step %d (consume=%t) at %s: %+v", seq, step, consume, now, limits)
 		}
 		for _, k := range keys {
 			require.NoError(t, s.Reset(t.Context(), k))
@@ -225,9 +384,14 @@ func TestKeysWrittenAreTheCallersAndExpire(t *testing.T) {
 	for _, k := range keys {
 		pttl := do(t, srv.Addr(), "PTTL", k).(int64)
 		w := windows[k]
-		periodMs := max((w.PeriodMicros()+999)/1000, redis.DefaultMinTTL.Milliseconds())
+		// A sliding log keeps its key for its grace too (rule S5).
+		need := w.PeriodMicros()
+		if w.Algorithm == domain.SlidingLog {
+			need += min(redis.DefaultGrace.Microseconds(), w.PeriodMicros())
+		}
+		periodMs := max((need+999)/1000, redis.DefaultMinTTL.Milliseconds())
 		assert.Greater(t, pttl, int64(0), "%s has no TTL", k)
-		assert.LessOrEqual(t, pttl, periodMs, "%s: TTL %d ms exceeds its window of %s", k, pttl, w.Period)
+		assert.LessOrEqual(t, pttl, periodMs, "%s: TTL %d ms exceeds its window of %s and its grace", k, pttl, w.Period)
 		t.Logf("%-22s %-11s PTTL %d ms (window %s)", k, w.Algorithm, pttl, w.Period)
 	}
 	// A GCRA key lives only until its TAT: cost 7 of 10 per 10 s is 7 s.
@@ -236,8 +400,9 @@ func TestKeysWrittenAreTheCallersAndExpire(t *testing.T) {
 	assert.InDelta(t, 1000, do(t, srv.Addr(), "PTTL", "rl:{t}:gcra:10ms").(int64), 100)
 
 	t.Run("MinTTL", func(t *testing.T) {
-		// With a 1 ms floor, every TTL is the exact relevance of its key.
-		srv, s := newDedicated(t, redis.Config{MinTTL: time.Millisecond})
+		// With a 1 ms floor and no grace, every TTL is the exact relevance
+		// of its key.
+		srv, s := newDedicated(t, redis.Config{MinTTL: time.Millisecond, Grace: -1})
 		for _, l := range []domain.Limit{
 			{Key: "rl:{m}:sliding", Window: sliding(5, 300*time.Millisecond), Cost: 1},
 			{Key: "rl:{m}:gcra", Window: gcra(10, 400*time.Millisecond), Cost: 4},
@@ -411,9 +576,9 @@ func TestServerTime(t *testing.T) {
 	assert.False(t, at.Before(before.Add(-time.Second)) || at.After(after.Add(time.Second)),
 		"the unit was stamped %s, not by the server clock (between %s and %s)", at, before, after)
 
-	tat, err := strconv.ParseInt(do(t, srv.Addr(), "GET", "st:{x}:gcra").(string), 10, 64)
-	require.NoError(t, err)
+	tat, tw := gcraValue(t, do(t, srv.Addr(), "GET", "st:{x}:gcra").(string))
 	assert.Equal(t, score+30_000_000, tat, "TAT = server now + one emission interval (30 s)")
+	assert.Equal(t, int64(30_000_000), tw)
 
 	// Its now ignored, a second and third request see the same log.
 	_, err = s.Evaluate(ctx, stale, limits)
@@ -675,6 +840,8 @@ func TestConfigValidate(t *testing.T) {
 		{"ClusterDB", redis.Config{Addrs: []string{"a:1"}, Mode: redis.ModeCluster, DB: 1}, "redis.db"},
 		{"UnknownMode", redis.Config{Addrs: []string{"a:1"}, Mode: 9}, "redis.mode"},
 		{"UnknownLogEncoding", redis.Config{Addrs: []string{"a:1"}, Log: 7}, "redis.log"},
+		{"UnknownStateFormat", redis.Config{Addrs: []string{"a:1"}, Format: 5}, "redis.format"},
+		{"GraceBeyondAnyPeriod", redis.Config{Addrs: []string{"a:1"}, Grace: domain.MaxPeriod + time.Second}, "redis.grace"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -694,7 +861,7 @@ func TestConfigValidate(t *testing.T) {
 // after a flush.
 func TestNewLoadsTheScriptOnEveryNode(t *testing.T) {
 	exists := func(addr string) int64 {
-		v := do(t, addr, "SCRIPT", "EXISTS", lua.RateLimitV2SHA1)
+		v := do(t, addr, "SCRIPT", "EXISTS", lua.RateLimitV3SHA1)
 		list, ok := v.([]any)
 		require.True(t, ok, "SCRIPT EXISTS reply %T", v)
 		require.Len(t, list, 1)
@@ -723,5 +890,73 @@ func TestNewLoadsTheScriptOnEveryNode(t *testing.T) {
 		s := newStore(t, topologies[0].cfg(t))
 		require.NoError(t, s.Close())
 		assert.ErrorIs(t, s.LoadScript(t.Context()), domain.ErrStoreClosed)
+	})
+}
+
+// TestEvaluateRepeated: n identical requests in one call answer exactly
+// as n sequential Evaluate calls on a twin key set (every request's own
+// Result through domain.Repeated.For, and the state left behind), for
+// both algorithms, cost > 1, n below, at and beyond what fits, and the
+// largest n; n out of range is a *domain.LimitError.
+func TestEvaluateRepeated(t *testing.T) {
+	s := newStore(t, topologies[0].cfg(t))
+	now := time.Now().Truncate(time.Second)
+	windows := []domain.Window{
+		sliding(10, time.Minute), gcra(10, time.Minute), sliding(50, 10*time.Second),
+		gcra(7, 7*time.Second), sliding(2000, time.Minute), gcra(1000, time.Hour),
+	}
+	for _, n := range []int{1, 2, 3, 5, 6, 100, ports.MaxRepeat} {
+		for _, cost := range []int64{1, 2} {
+			t.Run(fmt.Sprintf("n=%d/cost=%d", n, cost), func(t *testing.T) {
+				rep, seq := tag(t), tag(t)
+				limitsOf := func(tg string) []domain.Limit {
+					var ls []domain.Limit
+					for i, w := range windows {
+						ls = append(ls, domain.Limit{Key: fmt.Sprintf("rep:{%s}:%d", tg, i), Window: w, Cost: cost})
+					}
+					return ls
+				}
+				lr, ls := limitsOf(rep), limitsOf(seq)
+				t.Cleanup(func() {
+					for i := range lr {
+						_ = s.Reset(context.Background(), lr[i].Key)
+						_ = s.Reset(context.Background(), ls[i].Key)
+					}
+				})
+				// Some units already spent, one key of each algorithm.
+				for _, l := range []domain.Limit{{Key: lr[0].Key, Window: lr[0].Window, Cost: 3}, {Key: lr[1].Key, Window: lr[1].Window, Cost: 2}} {
+					_, err := s.Evaluate(t.Context(), now.Add(-time.Second), []domain.Limit{l})
+					require.NoError(t, err)
+					l.Key = strings.Replace(l.Key, rep, seq, 1)
+					_, err = s.Evaluate(t.Context(), now.Add(-time.Second), []domain.Limit{l})
+					require.NoError(t, err)
+				}
+				got, err := s.EvaluateRepeated(t.Context(), now, lr, n)
+				require.NoError(t, err)
+				require.Equal(t, n, got.N)
+				steps := min(n, 12) // past the admitted ones, every answer is the same refusal
+				for i := range steps {
+					want, err := s.Evaluate(t.Context(), now, ls)
+					require.NoError(t, err)
+					require.Equal(t, want, got.For(i, lr), "request %d of %d", i, n)
+				}
+				wantAdmitted := min(n, int((10-3)/cost), int((10-2)/cost))
+				assert.Equal(t, wantAdmitted, got.Admitted)
+				a, err := s.Peek(t.Context(), now, lr)
+				require.NoError(t, err)
+				b, err := s.Peek(t.Context(), now, ls)
+				require.NoError(t, err)
+				assert.Equal(t, b, a, "the state left behind")
+			})
+		}
+	}
+	t.Run("OutOfRange", func(t *testing.T) {
+		limits := []domain.Limit{{Key: "rep:{x}", Window: gcra(1, time.Second), Cost: 1}}
+		for _, n := range []int{0, -1, ports.MaxRepeat + 1} {
+			_, err := s.EvaluateRepeated(t.Context(), now, limits, n)
+			var le *domain.LimitError
+			require.ErrorAs(t, err, &le, "n=%d", n)
+			assert.Equal(t, "n", le.Field)
+		}
 	})
 }

@@ -1,0 +1,602 @@
+-- sluice rate_limit_v3: all-or-nothing check of up to 16 rate-limit keys,
+-- for n identical requests at one instant.
+--
+-- IMMUTABLE once released: a test pins this file's SHA1. Any change, even
+-- to a comment, is a new file (rate_limit_v4.lua) and a new constant.
+--
+-- Integer microseconds everywhere, which a Lua double holds exactly below
+-- 2^53. The rules (S1-S7) and the encodings are those of
+-- docs/adr/009-stored-state-and-script-v3.md.
+--
+-- KEYS[i]   key of the i-th limit; all keys share one hash slot
+-- ARGV[1]   binary, big-endian (struct): a 29-byte header, then 17 bytes
+--           per key.
+--             header: i8 now (unix microseconds; ignored with flag 2)
+--                     B  flags: 1 consume (Evaluate; else Peek),
+--                              2 take now from the server clock (TIME),
+--                              4 write GCRA as a bare decimal TAT, the
+--                                only GCRA encoding v2 reads
+--                     I4 floor of every TTL, in milliseconds (>= 1)
+--                     I4 largest sliding-log limit stored compactly;
+--                        0: store every sliding log as a ZSET
+--                     i8 grace in microseconds (>= 0): a sliding log
+--                        forgets a unit only once it is at or before
+--                        latest - period - min(grace, period), latest
+--                        its newest unit or now
+--                     I4 n, the number of identical requests (>= 1)
+--             per key: B algorithm (0 sliding log, 1 GCRA), I4 limit,
+--                      i8 period in microseconds, I4 cost
+-- ARGV[2]   nonce unique to this call: ZSET members are nonce..":"..k
+--
+-- The n requests are decided in order, each all or nothing, as n calls
+-- of one request would be: the first A (the admitted count) pass, and
+-- every later one is refused and consumes nothing. A = min(n, min over
+-- the keys of the requests each key alone fits).
+--
+-- Reply: {A, then when A > 0, per key: remaining, reset_after_us after
+-- the A-th request; then when A < n, per key: remaining, retry_after_us,
+-- reset_after_us of a refused request}. retry_after_us is 0 exactly when
+-- that key alone would admit. Peek (flag 1 off) writes nothing and
+-- replies {A, then per key: remaining, retry_after_us, reset_after_us of
+-- the state as it stands}.
+--
+-- A value the script cannot interpret makes it return the error
+-- "SLUICEVALUE <i> <reason>" (i the 1-based key, reason wrongtype,
+-- malformed, range or future) before anything is written.
+--
+-- Encodings (what a key holds):
+--   GCRA v3: "\2", i8 TAT, i8 emission interval it was written with.
+--   GCRA v2: a bare decimal TAT; read with the window's own interval.
+--   compact sliding log: "\1", then the instant of each unit (unsigned,
+--     7 bytes) ascending, for limits up to the compact bound and instants
+--     from 1970 on.
+--   ZSET sliding log: one member per unit scored by its instant.
+-- A key found nil by MGET under a window that wants a string is probed
+-- with one EXISTS over all such keys; only when that finds something is
+-- each probed with TYPE (a ZSET log, or a foreign value).
+--
+-- Requires Redis 6.0.
+
+local a = ARGV[1]
+local n = #KEYS
+if n < 1 or #ARGV ~= 2 or #a ~= 29 + 17 * n then
+  return redis.error_reply('ERR sluice rate_limit_v3: want 1 or more keys, ARGV[1] of 29 + 17 bytes per key, ARGV[2] a nonce')
+end
+local sunpack, pack, sub, byte, rep, floor = struct.unpack, struct.pack, string.sub, string.byte, string.rep, math.floor
+local now, flags, minttl, compact, grace, reps = sunpack('>i8BI4I4i8I4', a)
+if reps < 1 or grace < 0 then
+  return redis.error_reply('ERR sluice rate_limit_v3: n must be at least 1 and the grace not negative')
+end
+if flags % 4 >= 2 then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+local consume, bare = flags % 2 == 1, flags >= 4
+-- Every key's algorithm, limit, period and cost, in one unpack: arg[4i-3]
+-- to arg[4i].
+local arg = {sunpack('>' .. rep('BI4i8I4', n), a, 30)}
+
+-- domain.MaxPeriod in microseconds; no stored instant may lie further
+-- ahead of now than AHEAD (a longer wait than any window can ask for).
+local MAXP = 31622400000000
+local AHEAD = 2 * MAXP
+local horizon = now + AHEAD
+
+local NONE, GCRA, COMPACT, ZSET = 0, 1, 2, 3
+
+-- First index in [lo, hi) of compact string v whose instant exceeds x (hi
+-- if none), given a, the instant at lo, and b, the instant at hi - 1 (or
+-- nil: read here). The probes alternate between interpolation (arrivals
+-- are about even in time: the boundary is found in a probe or two) and
+-- bisection (a burst at one instant cannot make it linear). Elsewhere,
+-- integer division is written (x - x % y) / y: exact for the integers
+-- below 2^52 it meets, and no function call; an interpolated index is a
+-- quotient of doubles and takes floor, which x - x % 1 may miss by an
+-- ulp.
+local function above(v, lo, hi, x, a, b)
+  local bisect = false
+  while lo < hi do
+    a = a or sunpack('>I7', v, 2 + 7 * lo)
+    if a > x then
+      return lo
+    end
+    b = b or sunpack('>I7', v, 7 * hi - 5)
+    if b <= x then
+      return hi
+    end
+    -- a <= x < b: the index is in (lo, hi - 1].
+    local g
+    if bisect then
+      g = lo + hi
+      g = (g - g % 2) / 2
+    else
+      g = lo + 1 + floor((x - a) * (hi - 2 - lo) / (b - a))
+    end
+    bisect = not bisect
+    local y = sunpack('>I7', v, 2 + 7 * g)
+    if y > x then
+      hi, b = g + 1, y
+      if g == lo + 1 then
+        return g
+      end
+    else
+      lo, a = g + 1, nil
+    end
+  end
+  return lo
+end
+
+local function bad(i, reason)
+  return redis.error_reply('SLUICEVALUE ' .. i .. ' ' .. reason)
+end
+
+local function score(x)
+  return string.format('%.0f', x)
+end
+
+-- Per key, 12 slots of st from 12(i-1), the ones its window needs: 1
+-- kind; for a GCRA window 8 the start (max(TAT, now), converted) and 11
+-- the emission interval; for a sliding log 2 the value (compact string
+-- or TAT), 4 the first kept index and 5 the first index inside the
+-- window (compact), 6 the units inside the window, 7 the newest unit (or
+-- false), 9 the lower bound of the window and 10 the forget bound; 12
+-- the requests this key alone admits.
+local st = {}
+
+-- Reads key i's state under its window, with everything validated;
+-- returns an error reply or nil.
+local function check(i, kind, v)
+  local b = 12 * (i - 1)
+  local j = 4 * i
+  local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
+  local t = (p - p % l) / l
+  if t < 1 then
+    t = 1
+  end
+  local tw = false
+  local key = KEYS[i]
+  -- Validate and decode what the key holds.
+  if kind == GCRA then
+    if byte(v, 1) == 2 then
+      if #v ~= 17 then
+        return bad(i, 'malformed')
+      end
+      v, tw = sunpack('>i8i8', v, 2)
+      if tw < 1 or tw > MAXP then
+        return bad(i, 'range')
+      end
+    else
+      local x = tonumber(v)
+      if not x then
+        return bad(i, 'malformed')
+      end
+      -- Finite, whole, and exact in a double (inf, nan, 1e19 are not).
+      if x ~= x or x % 1 ~= 0 or x >= 2 ^ 53 or x < -AHEAD then
+        return bad(i, 'range')
+      end
+      v = x
+    end
+    if v > horizon then
+      return bad(i, 'future')
+    end
+  end
+  local count, newest, lo, low, lower, fcut = 0, false, 0, 0, 0, 0
+  if kind == COMPACT then
+    local m = #v - 1
+    if m % 7 ~= 0 then
+      return bad(i, 'malformed')
+    end
+    m = m / 7
+    if m > 0 then
+      local first
+      first, newest = sunpack('>I7', v, 2), sunpack('>I7', v, 7 * m - 5)
+      if newest > horizon then
+        return bad(i, 'future')
+      end
+      if first > newest then
+        return bad(i, 'malformed')
+      end
+      local latest, gr = now, grace
+      if newest > now then
+        latest = newest
+      end
+      if gr > p then
+        gr = p
+      end
+      fcut, lower = latest - p - gr, now - p
+      if fcut > lower then
+        lower = fcut
+      end
+      if first <= fcut then
+        lo = above(v, 1, m, fcut, nil, newest)
+      end
+      low = above(v, lo, m, lower, lo == 0 and first or nil, newest)
+      count = m - low
+    end
+  elseif kind == ZSET then
+    local z = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if z.err then
+      return bad(i, 'wrongtype')
+    end
+    if z[2] then
+      newest = tonumber(z[2])
+      if newest ~= newest or newest < -AHEAD or newest % 1 ~= 0 then
+        return bad(i, 'range')
+      end
+      if newest > horizon then
+        return bad(i, 'future')
+      end
+      local latest = now
+      if newest > now then
+        latest = newest
+      end
+      local gr = grace
+      if gr > p then
+        gr = p
+      end
+      fcut, lower = latest - p - gr, now - p
+      if fcut > lower then
+        lower = fcut
+      end
+      -- Whole microseconds: (lower, +inf) is [lower + 1, +inf), and a
+      -- number reaches Redis exactly, without a string.format.
+      count = redis.call('ZCOUNT', key, lower + 1, '+inf')
+    else
+      kind = NONE
+    end
+  end
+  local fit
+  if g == 1 then
+    local start = now
+    if kind == GCRA then
+      if v > now then
+        local w = tw or t
+        if w == t then
+          start = v
+        else
+          -- S1: the units outstanding under the interval they were
+          -- written with, a partly drained one whole, at the new one.
+          local d = v - now
+          local u = (d - d % w) / w
+          if d % w > 0 then
+            u = u + 1
+          end
+          local x = u * t
+          if x > MAXP then
+            x = MAXP
+          end
+          start = now + x
+        end
+      end
+    elseif kind ~= NONE then
+      -- S2: a log's units inside the window, consumed now.
+      local x = count * t
+      if x > MAXP then
+        x = MAXP
+      end
+      start = now + x
+    end
+    local room = t * l - (start - now)
+    if room > 0 then
+      fit = (room - room % (c * t)) / (c * t)
+    else
+      fit = 0
+    end
+    st[b + 1], st[b + 8], st[b + 11], st[b + 12] = kind, start, t, fit
+    return nil
+  end
+  if kind == GCRA then
+    -- S3: the units a GCRA state holds, stamped now.
+    if v > now then
+      local w = tw or t
+      local d = v - now
+      count = (d - d % w) / w
+      if d % w > 0 then
+        count = count + 1
+      end
+      newest = now
+    end
+  end
+  local room = l - count
+  if room > 0 then
+    fit = (room - room % c) / c
+  else
+    fit = 0
+  end
+  st[b + 1], st[b + 2], st[b + 4], st[b + 5], st[b + 6] = kind, v, lo, low, count
+  st[b + 7], st[b + 9], st[b + 10], st[b + 12] = newest, lower, fcut, fit
+  return nil
+end
+
+-- Read phase: one MGET reads every string; nothing is written before
+-- every key is read and validated.
+local got = redis.call('MGET', unpack(KEYS))
+local probe
+for i = 1, n do
+  local v = got[i]
+  local kind
+  if v then
+    local f = byte(v, 1)
+    if f == 1 then
+      kind = COMPACT
+    else
+      kind = GCRA
+    end
+  else
+    if arg[4 * i - 3] == 0 and arg[4 * i - 2] > compact then
+      kind = ZSET -- nil, or a ZSET: the ZSET commands tell
+    else
+      probe = probe or {}
+      probe[#probe + 1] = i
+    end
+  end
+  if kind then
+    local err = check(i, kind, v)
+    if err then
+      return err
+    end
+  end
+end
+if probe then
+  local ks = {}
+  for j = 1, #probe do
+    ks[j] = KEYS[probe[j]]
+  end
+  local found = redis.call('EXISTS', unpack(ks))
+  for j = 1, #probe do
+    local i, kind = probe[j], NONE
+    if found > 0 then
+      local ty = redis.call('TYPE', KEYS[i])['ok']
+      if ty == 'zset' then
+        kind = ZSET
+      elseif ty ~= 'none' then
+        return bad(i, 'wrongtype')
+      end
+    end
+    local err = check(i, kind, nil)
+    if err then
+      return err
+    end
+  end
+end
+
+local A = reps
+for i = 1, n do
+  local fit = st[12 * i]
+  if fit < A then
+    A = fit
+  end
+end
+
+-- The k-th oldest unit inside key i's window (1 <= k <= count).
+local function unit(i, k)
+  local b = 12 * (i - 1)
+  local kind = st[b + 1]
+  if kind == COMPACT then
+    return sunpack('>I7', st[b + 2], 2 + 7 * (st[b + 5] + k - 1))
+  elseif kind == ZSET then
+    local z = redis.call('ZRANGEBYSCORE', KEYS[i], '(' .. score(st[b + 9]), '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
+    local x = tonumber(z[2])
+    return x - x % 1 -- validated integral up to the newest
+  end
+  return now
+end
+
+-- The reply: A, then the statuses after the A-th request (Evaluate, A >
+-- 0), then those of a refused request (A < n), or for Peek those of the
+-- state as it stands. Reads come before every write.
+local U = 0 -- the requests consumed
+if consume then
+  U = A
+end
+local reply = {A}
+local o = 1
+if U > 0 then
+  o = 1 + 2 * n
+end
+if not consume or A < reps then
+  for i = 1, n do
+    local b = 12 * (i - 1)
+    local count, newest, t = st[b + 6], st[b + 7], st[b + 11]
+    local j = 4 * i
+    local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
+    local used = U * c
+    local remaining, retry, reset = 0, 0, 0
+    if g == 1 then
+      local start = st[b + 8] + used * t
+      local capacity = t * l
+      if start + c * t - now > capacity then
+        retry = start + c * t - capacity - now
+      end
+      remaining = capacity - (start - now)
+      if remaining > 0 then
+        remaining = (remaining - remaining % t) / t
+      else
+        remaining = 0
+      end
+      reset = start - now
+    else
+      local total = count + used
+      if total + c > l then
+        -- The need-th oldest unit of the window's units and the used
+        -- ones at now, which sort after every unit up to now.
+        local need = total + c - l
+        local first
+        if need <= count then
+          first = unit(i, need)
+        end
+        if used > 0 and not (first and first <= now) then
+          local j = need - used
+          first = now
+          if j >= 1 then
+            local x = unit(i, j)
+            if x > now then
+              first = x
+            end
+          end
+        end
+        retry = first + p - now
+      end
+      remaining = l - total
+      if remaining < 0 then
+        remaining = 0
+      end
+      if total > 0 then
+        local top = newest or now
+        if used > 0 and top < now then
+          top = now
+        end
+        reset = top + p - now
+      end
+    end
+    reply[o + 1], reply[o + 2], reply[o + 3] = remaining, retry, reset
+    o = o + 3
+  end
+end
+o = 1
+local nonce = ARGV[2]
+local rec -- the compact record of one unit at now
+for i = 1, U > 0 and n or 0 do
+  local b = 12 * (i - 1)
+  local kind, v, count, newest, t = st[b + 1], st[b + 2], st[b + 6], st[b + 7], st[b + 11]
+  local j = 4 * i
+  local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
+  local used = U * c
+  do
+    local remaining, reset
+    if g == 1 then
+      local new = st[b + 8] + used * t
+      remaining = t * l - (new - now)
+      remaining = (remaining - remaining % t) / t
+      reset = new - now
+      if consume then
+        local px = reset + 999
+        px = (px - px % 1000) / 1000
+        if px < minttl then
+          px = minttl
+        end
+        if bare then
+          redis.call('SET', KEYS[i], new, 'PX', px)
+        else
+          redis.call('SET', KEYS[i], '\2' .. pack('>i8i8', new, t), 'PX', px)
+        end
+      end
+    else
+      local top = now
+      if newest and newest > now then
+        top = newest
+      end
+      remaining = l - count - used
+      reset = top + p - now
+      if consume then
+        local gr = grace
+        if gr > p then
+          gr = p
+        end
+        local px = reset + gr + 999
+        px = (px - px % 1000) / 1000
+        if px < minttl then
+          px = minttl
+        end
+        local key, lo = KEYS[i], st[b + 4]
+        local w
+        if l <= compact and now >= 0 then
+          if not rec then
+            rec = pack('>I7', now)
+          end
+          if kind == NONE then
+            w = '\1' .. rep(rec, used)
+          elseif kind == GCRA then
+            w = '\1' .. rep(rec, count + used)
+          elseif kind == COMPACT and top == now then
+            -- The common case: c units at now after the kept ones.
+            local u = rec
+            if used > 1 then
+              u = rep(rec, used)
+            end
+            if lo == 0 then
+              w = v .. u
+            else
+              w = '\1' .. sub(v, 2 + 7 * lo) .. u
+            end
+          else
+            -- A ZSET, or units ahead of now: merge in order.
+            local parts, placed = {'\1'}, false
+            local function put(x)
+              if not placed and x > now then
+                parts[#parts + 1], placed = rep(rec, used), true
+              end
+              parts[#parts + 1] = pack('>I7', x)
+            end
+            if kind == COMPACT then
+              for j = lo, (#v - 1) / 7 - 1 do
+                put(sunpack('>I7', v, 2 + 7 * j))
+              end
+            else
+              local z = redis.call('ZRANGEBYSCORE', key, '(' .. score(st[b + 10]), '+inf', 'WITHSCORES')
+              for j = 2, #z, 2 do
+                local x = tonumber(z[j])
+                if x < 0 then
+                  parts = nil
+                  break
+                end
+                put(x - x % 1)
+              end
+            end
+            if parts then
+              if not placed then
+                parts[#parts + 1] = rep(rec, used)
+              end
+              w = table.concat(parts)
+            end
+          end
+        end
+        if w then
+          redis.call('SET', key, w, 'PX', px)
+        else
+          -- A ZSET: trim what is forgotten for good, add the units.
+          if kind == ZSET then
+            redis.call('ZREMRANGEBYSCORE', key, '-inf', st[b + 10])
+          else
+            local keep = {}
+            if kind == COMPACT then
+              for j = lo, (#v - 1) / 7 - 1 do
+                keep[#keep + 1] = sunpack('>I7', v, 2 + 7 * j)
+              end
+            elseif kind == GCRA then
+              for j = 1, count do
+                keep[j] = now
+              end
+            end
+            if kind ~= NONE then
+              redis.call('DEL', key)
+            end
+            for j = 1, #keep, 500 do
+              local args = {}
+              for k = j, math.min(j + 499, #keep) do
+                args[#args + 1] = keep[k]
+                args[#args + 1] = nonce .. ':k' .. k
+              end
+              redis.call('ZADD', key, unpack(args))
+            end
+          end
+          for u = 1, used, 500 do
+            local args = {}
+            for m = u, math.min(u + 499, used) do
+              args[#args + 1] = now
+              args[#args + 1] = nonce .. ':' .. m
+            end
+            redis.call('ZADD', key, unpack(args))
+          end
+          redis.call('PEXPIRE', key, px)
+        end
+      end
+    end
+    if remaining < 0 then
+      remaining = 0
+    end
+    reply[o + 1], reply[o + 2] = remaining, reset
+    o = o + 2
+  end
+end
+return reply
