@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bench/internal/cputime"
+	"github.com/sluicehq/sluice/bench/internal/httpload"
 	"github.com/sluicehq/sluice/bench/internal/inproc"
 	"github.com/sluicehq/sluice/bench/internal/load"
 	"github.com/sluicehq/sluice/bench/internal/report"
@@ -58,6 +59,12 @@ type options struct {
 	duration    time.Duration
 	ops         int64
 	population  int
+	redisShapes bool
+	http        bool
+	httpRates   []float64
+	httpWarmup  time.Duration
+	httpDur     time.Duration
+	httpTarget  float64
 	redisAddr   string
 	goRedisPool int
 	inProcess   bool
@@ -84,7 +91,13 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.population, "population", 1000, "clients the Redis shapes cycle through")
 	fs.StringVar(&o.redisAddr, "redis", "", "host:port of a Redis to use instead of starting one (it is flushed!)")
 	fs.IntVar(&o.goRedisPool, "goredis-pool", 0, "go-redis pool size for redis_rate; 0: go-redis' default, 10 per CPU")
+	fs.BoolVar(&o.redisShapes, "redis-shapes", true, "run the Redis shapes")
 	fs.BoolVar(&o.inProcess, "inproc", true, "run the in-process Go benchmarks")
+	fs.BoolVar(&o.http, "http", true, "run the HTTP load test (the demo on Redis, built from this tree)")
+	rates := fs.String("http-rates", defaultHTTPRates, "comma-separated rates of the HTTP load test, requests/s, driven in rising order until one is not held")
+	fs.DurationVar(&o.httpWarmup, "http-warmup", 2*time.Second, "warm-up of each HTTP rate")
+	fs.DurationVar(&o.httpDur, "http-duration", 10*time.Second, "measurement of each HTTP rate")
+	fs.Float64Var(&o.httpTarget, "http-target-rate", defaultHTTPTarget, "the rate, requests/s, at which the HTTP target wants p99 ≤ 5 ms")
 	fs.StringVar(&o.benchtime, "benchtime", "1s", "length of each in-process benchmark, as go test's -benchtime")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds of the in-process benchmarks; the median round of each is reported")
 	fs.IntVar(&o.redisRounds, "redis-rounds", 3, "rounds of each shape at each concurrency; each contender's median round is reported")
@@ -103,6 +116,13 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	var err error
 	if o.concurrency, err = ints(*conc); err != nil {
 		return nil, fmt.Errorf("-c: %w", err)
+	}
+	if o.httpRates, err = floats(*rates); err != nil {
+		return nil, fmt.Errorf("-http-rates: %w", err)
+	}
+	slices.Sort(o.httpRates)
+	if o.httpDur <= 0 || o.httpWarmup < 0 {
+		return nil, fmt.Errorf("-http-duration %s, -http-warmup %s: want a positive duration and a warm-up of 0 or more", o.httpDur, o.httpWarmup)
 	}
 	if o.rounds < 1 || o.redisRounds < 1 {
 		return nil, fmt.Errorf("-rounds %d, -redis-rounds %d: want at least 1 of each", o.rounds, o.redisRounds)
@@ -242,6 +262,9 @@ func measure(ctx context.Context, o *options, log io.Writer) (*report.Run, error
 	if err := measureRedis(ctx, o, r, log); err != nil {
 		return nil, err
 	}
+	if !o.redisShapes && !o.http && o.inProcess {
+		r.Notes = append(r.Notes, "Only the in-process benchmarks ran.")
+	}
 	if o.inProcess {
 		if err := measureInProcess(o, r, log); err != nil {
 			return nil, err
@@ -251,7 +274,12 @@ func measure(ctx context.Context, o *options, log io.Writer) (*report.Run, error
 	return r, nil
 }
 
+// measureRedis runs the Redis shapes and the HTTP load test, as asked, on
+// one Redis.
 func measureRedis(ctx context.Context, o *options, r *report.Run, log io.Writer) error {
+	if !o.redisShapes && !o.http {
+		return nil
+	}
 	pop, err := suite.NewPopulation(o.population)
 	if err != nil {
 		return err
@@ -266,11 +294,26 @@ func measureRedis(ctx context.Context, o *options, r *report.Run, log io.Writer)
 	if r.Machine.Redis, err = srv.Version(ctx); err != nil {
 		return err
 	}
-	env := &suite.Env{Addr: srv.Addr(), Population: pop, GoRedisPool: o.goRedisPool}
+	root, err := suite.ModuleRoot(".")
+	if err != nil {
+		return err
+	}
+	demoConfig, err := os.ReadFile(filepath.Join(root, suite.DemoConfigPath))
+	if err != nil {
+		return err
+	}
+	pops := map[int]*suite.Population{o.population: pop}
 	for _, shape := range suite.Shapes() {
-		if len(o.shapes) > 0 && !contains(o.shapes, shape.Name) {
+		if !o.redisShapes || len(o.shapes) > 0 && !contains(o.shapes, shape.Name) {
 			continue
 		}
+		n := cmp.Or(shape.Population, o.population)
+		if pops[n] == nil {
+			if pops[n], err = suite.NewPopulation(n); err != nil {
+				return err
+			}
+		}
+		env := &suite.Env{Addr: srv.Addr(), Population: pops[n], GoRedisPool: o.goRedisPool, DemoConfig: demoConfig}
 		for i, c := range o.concurrency {
 			ms, err := measureRounds(ctx, srv, env, o, shape, c, i, log)
 			if err != nil {
@@ -279,7 +322,13 @@ func measureRedis(ctx context.Context, o *options, r *report.Run, log io.Writer)
 			r.Redis = append(r.Redis, ms...)
 		}
 	}
-	return nil
+	if o.http {
+		r.HTTP, err = httpload.Run(ctx, httpload.Config{
+			Root: root, Server: srv, Population: pop, Rates: o.httpRates,
+			Warmup: o.httpWarmup, Duration: o.httpDur, TargetRate: o.httpTarget, Log: log,
+		})
+	}
+	return err
 }
 
 // measureRounds measures every contender of shape at concurrency c,
@@ -486,6 +535,24 @@ func shapeNames() []string {
 		out = append(out, s.Name)
 	}
 	return out
+}
+
+// The HTTP load test's default rates and target rate, requests/s.
+const (
+	defaultHTTPRates  = "500,1000,2000,3000,4000,5000,6000,8000,10000,12000,15000,20000"
+	defaultHTTPTarget = 1000
+)
+
+func floats(s string) ([]float64, error) {
+	var out []float64
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || n < 1 || n != float64(int64(n)) {
+			return nil, fmt.Errorf("%q is not a positive whole number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func ints(s string) ([]int, error) {

@@ -41,6 +41,7 @@ func TestSmoke(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{
 		"-ops", "200", "-warmup", "20ms", "-c", "1,4", "-benchtime", "1x", "-rounds", "2", "-redis-rounds", "2",
+		"-http-rates", "100,200", "-http-warmup", "100ms", "-http-duration", "1s",
 		"-json", paths["json"], "-chart", paths["svg"], "-md", paths["md"], "-doc", doc,
 	}, &stdout, &stderr)
 	if code != 0 {
@@ -52,6 +53,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRedis(t, r, conc)
+	checkHTTP(t, r)
 	checkInProcess(t, r)
 
 	md, err := os.ReadFile(paths["md"])
@@ -137,6 +139,42 @@ func checkRedis(t *testing.T, r *report.Run, conc []int) {
 	}
 }
 
+// checkHTTP checks the HTTP load test's steps: every request answered or
+// counted as an error, each answer from a decision of nine windows, the
+// demo's own count of its decisions equal to the requests sent, and the
+// three processes' CPU read.
+func checkHTTP(t *testing.T, r *report.Run) {
+	t.Helper()
+	h := r.HTTP
+	if h == nil || len(h.Steps) == 0 {
+		t.Fatal("the HTTP load test did not run")
+	}
+	if h.Population != r.Population || h.Generator == "" || h.TargetRate <= 0 {
+		t.Errorf("HTTP run not described: %d clients, generator %q, target rate %v", h.Population, h.Generator, h.TargetRate)
+	}
+	for _, s := range h.Steps {
+		var answers, decisions int64
+		for _, n := range s.Codes {
+			answers += n
+		}
+		for _, n := range s.Decisions {
+			decisions += n
+		}
+		switch {
+		case s.Requests == 0 || s.OK == 0 || s.OK+s.Errors != s.Requests || answers != s.Requests:
+			t.Errorf("HTTP %v/s: %d requests, %d answered 200, %d errors, %d answers by status %v", s.Rate, s.Requests, s.OK, s.Errors, answers, s.Codes)
+		case s.Windows != 9:
+			t.Errorf("HTTP %v/s: decisions of %d windows, want the nine-window profile's 9", s.Rate, s.Windows)
+		case decisions != s.Requests:
+			t.Errorf("HTTP %v/s: the demo counted %d decisions (%v) for %d requests", s.Rate, decisions, s.Decisions, s.Requests)
+		case !(s.P50 > 0 && s.P50 <= s.P99 && s.P99 <= s.P999 && s.P999 <= s.Max):
+			t.Errorf("HTTP %v/s: latencies p50 %v, p99 %v, p999 %v, max %v out of order", s.Rate, s.P50, s.P99, s.P999, s.Max)
+		case s.Seconds <= 0 || s.ClientCPU <= 0 || s.DemoCPU < 0 || s.RedisCPU <= 0:
+			t.Errorf("HTTP %v/s: %vs, CPU client %vµs, demo %vµs, Redis %vµs", s.Rate, s.Seconds, s.ClientCPU, s.DemoCPU, s.RedisCPU)
+		}
+	}
+}
+
 func checkInProcess(t *testing.T, r *report.Run) {
 	t.Helper()
 	bms := inproc.Benchmarks()
@@ -169,7 +207,7 @@ func checkMarkdown(t *testing.T, md string, r *report.Run, conc []int) {
 			t.Errorf("target %q missing from the report", tg.Name)
 		}
 	}
-	for _, want := range []string{"#### Targets", "#### In process", "#### Redis memory", "#### Every measurement", "![decisions/s and p99"} {
+	for _, want := range []string{"#### Targets", "#### Redis time per call against the floor", "#### The client's side", "#### HTTP load test", "#### In process", "#### Redis memory", "#### Every measurement", "![decisions/s and p99"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the report lacks %q", want)
 		}
@@ -228,6 +266,10 @@ func TestFlagsRefuseBadInput(t *testing.T) {
 		{"extra"},
 		{"-rounds", "0"},
 		{"-redis-rounds", "0"},
+		{"-http-rates", "100,x"},
+		{"-http-rates", "0"},
+		{"-http-rates", "1.5"},
+		{"-http-duration", "0s"},
 	} {
 		if code := run(context.Background(), args, io.Discard, io.Discard); code != 2 {
 			t.Errorf("run(%q) = %d, want 2 (usage)", args, code)

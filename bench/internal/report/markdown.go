@@ -18,6 +18,9 @@ func (r *Run) Markdown(w io.Writer, chart string) error {
 	if chart != "" {
 		fmt.Fprintf(&b, "\n![decisions/s and p99 against concurrency, per shape and contender](%s)\n", chart)
 	}
+	r.writeFloor(&b)
+	r.writeClient(&b)
+	r.writeHTTP(&b)
 	r.writeInProcess(&b)
 	r.writeMemory(&b)
 	r.writeAll(&b)
@@ -82,6 +85,62 @@ func (r *Run) writeSummary(b *strings.Builder) {
 		}
 	}
 	b.WriteString("\nRedis µs per call is Redis' own time per script call (INFO commandstats, commands inside the script included); calls per decision counts every command the contender sent. CPU per decision is the processor time the client process (every worker, the client library and sluice) and Redis (INFO cpu: commands, protocol and network) used over the measurement, divided by its decisions: the two share the machine's cores, so a side that costs less leaves more to the other.\n")
+}
+
+// writeFloor sets every contender's Redis time per call beside the floor
+// script's on the same keys.
+func (r *Run) writeFloor(b *strings.Builder) {
+	c := RefConcurrency
+	var t strings.Builder
+	for _, s := range r.shapes() {
+		fl := r.find(s.name, floorName, c)
+		if fl == nil || fl.MicrosPerCall() == 0 {
+			continue
+		}
+		for _, ct := range s.contenders {
+			m := r.find(s.name, ct.name, c)
+			if m == nil || ct.name == floorName || m.ScriptCalls == 0 {
+				continue
+			}
+			fmt.Fprintf(&t, "| %s | %s | %.1f | %.1f | %s |\n", s.title, name(ct), m.MicrosPerCall(), fl.MicrosPerCall(), times(m.MicrosPerCall()/fl.MicrosPerCall()))
+		}
+	}
+	fmt.Fprintf(b, "\n#### Redis time per call against the floor (c=%d)\n\n", c)
+	b.WriteString("The floor script sends exactly the commands of sluice's key layout for the shape's keys (TIME; one MGET of the string keys and one SET PX each; ZREMRANGEBYSCORE, ZCARD, ZADD and PEXPIRE per ZSET key; reads only where the shape refuses) with no logic between them: what the commands alone cost Redis. redis_rate's row compares its one key with the shape's floor.\n\n")
+	b.WriteString("| shape | contender | Redis µs per call | floor µs per call | × floor |\n|---|---|---|---|---|\n")
+	b.WriteString(t.String())
+}
+
+// writeClient sets each contender's client CPU per decision (c=64) beside
+// its serial latency (c=1): what the client side of a decision costs.
+func (r *Run) writeClient(b *strings.Builder) {
+	b.WriteString("\n#### The client's side: CPU per decision and serial latency\n\n")
+	fmt.Fprintf(b, "Client CPU per decision is this process' processor time (every worker, the client library and sluice) over the c=%d measurement, divided by its decisions; sluice, the plain script and the floor run on the very same client (rueidis as redis.New builds it), redis_rate on go-redis. The serial p50 is at c=1, where latency is the client's path, a loopback round trip and Redis' time.\n\n", RefConcurrency)
+	b.WriteString("| shape | contender | client CPU µs per decision (c=64) | vs the plain script | p50 at c=1 | vs redis_rate |\n|---|---|---|---|---|---|\n")
+	for _, s := range r.shapes() {
+		plain := r.find(s.name, plainScriptName, RefConcurrency)
+		rr := r.find(s.name, redisRateName, 1)
+		for _, ct := range s.contenders {
+			m, serial := r.find(s.name, ct.name, RefConcurrency), r.find(s.name, ct.name, 1)
+			if m == nil && serial == nil {
+				continue
+			}
+			cpu, vsPlain, p50, vsRR := "–", "–", "–", "–"
+			if m != nil {
+				cpu = fmt.Sprintf("%.1f", m.ClientCPUPerDecision())
+				if plain != nil && plain.ClientCPUPerDecision() > 0 && ct.name != plainScriptName {
+					vsPlain = times(m.ClientCPUPerDecision() / plain.ClientCPUPerDecision())
+				}
+			}
+			if serial != nil {
+				p50 = micros(serial.P50)
+				if rr != nil && rr.P50 > 0 && ct.name != redisRateName {
+					vsRR = times(serial.P50 / rr.P50)
+				}
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", s.title, name(ct), cpu, vsPlain, p50, vsRR)
+		}
+	}
 }
 
 func (r *Run) writeInProcess(b *strings.Builder) {
