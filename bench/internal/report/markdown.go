@@ -7,23 +7,29 @@ import (
 )
 
 // Markdown writes the report: the run's conditions, the targets, the
-// shapes side by side at RefConcurrency, every measurement, Redis' memory,
-// the in-process benchmarks and, when chart is not empty, the chart (a
-// path relative to the markdown file).
+// shapes side by side at RefConcurrency, Redis' time per call against the
+// floor, the client's side, the HTTP load test, the in-process benchmarks,
+// Redis' memory, every measurement and, when chart is not empty, the chart
+// (a path relative to the markdown file). The Redis tables are left out
+// of a run that measured no shape (make bench-http).
 func (r *Run) Markdown(w io.Writer, chart string) error {
 	var b strings.Builder
 	r.writeConditions(&b)
 	r.writeTargets(&b)
-	r.writeSummary(&b)
-	if chart != "" {
-		fmt.Fprintf(&b, "\n![decisions/s and p99 against concurrency, per shape and contender](%s)\n", chart)
+	if len(r.Redis) > 0 {
+		r.writeSummary(&b)
+		if chart != "" {
+			fmt.Fprintf(&b, "\n![decisions/s and p99 against concurrency, per shape and contender](%s)\n", chart)
+		}
+		r.writeFloor(&b)
+		r.writeClient(&b)
 	}
-	r.writeFloor(&b)
-	r.writeClient(&b)
 	r.writeHTTP(&b)
 	r.writeInProcess(&b)
-	r.writeMemory(&b)
-	r.writeAll(&b)
+	if len(r.Redis) > 0 {
+		r.writeMemory(&b)
+		r.writeAll(&b)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -35,12 +41,32 @@ func (r *Run) writeConditions(b *strings.Builder) {
 		m.CPU, m.CPUs, m.GOMAXPROCS, m.OS, m.Arch, m.Go, m.Redis)
 	fmt.Fprintf(b, "- Load average (1, 5, 15 min) before: `%s`; after: `%s`.\n", m.LoadBefore, m.LoadAfter)
 	fmt.Fprintf(b, "- Command: `%s`\n", r.Command)
-	fmt.Fprintf(b, "- Each measurement: closed loop of c workers, %s of warm-up then %s measured, over a population of %d clients; the contenders of a shape run back to back at each concurrency, in alternating order, %s.\n",
-		r.Warmup, r.perPoint(), r.Population, r.roundsText())
-	fmt.Fprintf(b, "- Clients: sluice and the plain script on rueidis as sluice's redis.New builds it (auto-pipelined, a few connections); redis_rate on go-redis with %s.\n", r.GoRedisPool)
+	if len(r.Redis) > 0 {
+		fmt.Fprintf(b, "- Each measurement: closed loop of c workers, %s of warm-up then %s measured, over a population of %d clients%s; the contenders of a shape run back to back at each concurrency, in alternating order, %s.\n",
+			r.Warmup, r.perPoint(), r.Population, r.otherPopulations(), r.roundsText())
+		fmt.Fprintf(b, "- Clients: sluice, the plain script and the floor script on rueidis as sluice's redis.New builds it (auto-pipelined, a few connections); redis_rate on go-redis with %s.\n", r.GoRedisPool)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(b, "- %s\n", n)
 	}
+}
+
+// otherPopulations names the shapes measured over another population than
+// the run's: " (demo: 20000)".
+func (r *Run) otherPopulations() string {
+	var out []string
+	for _, s := range r.shapes() {
+		for _, m := range r.Redis {
+			if m.Shape == s.name && m.Population > 0 && m.Population != r.Population {
+				out = append(out, fmt.Sprintf("%s: %d", s.name, m.Population))
+				break
+			}
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(out, ", ") + ")"
 }
 
 func (r *Run) roundsText() string {

@@ -70,6 +70,8 @@ type Measurement struct {
 	Contender   string `json:"contender"`
 	Sluice      bool   `json:"sluice"`
 	Concurrency int    `json:"concurrency"`
+	// Population is the number of clients the measurement cycled through.
+	Population int `json:"population,omitempty"`
 	// Rounds is how many rounds ran; FailedRounds how many of them saw an
 	// error and were set aside (FirstError then says why). The
 	// measurement is the median of the others.
