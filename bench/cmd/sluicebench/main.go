@@ -65,6 +65,7 @@ type options struct {
 	httpWarmup  time.Duration
 	httpDur     time.Duration
 	httpTarget  float64
+	httpStore   time.Duration
 	redisAddr   string
 	goRedisPool int
 	inProcess   bool
@@ -98,6 +99,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.httpWarmup, "http-warmup", 2*time.Second, "warm-up of each HTTP rate")
 	fs.DurationVar(&o.httpDur, "http-duration", 10*time.Second, "measurement of each HTTP rate")
 	fs.Float64Var(&o.httpTarget, "http-target-rate", defaultHTTPTarget, "the rate, requests/s, at which the HTTP target wants p99 ≤ 5 ms")
+	fs.DurationVar(&o.httpStore, "http-store-timeout", 0, "the demo's store deadline in the HTTP load test; 0: the demo's own (50ms)")
 	fs.StringVar(&o.benchtime, "benchtime", "1s", "length of each in-process benchmark, as go test's -benchtime")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds of the in-process benchmarks; the median round of each is reported")
 	fs.IntVar(&o.redisRounds, "redis-rounds", 3, "rounds of each shape at each concurrency; each contender's median round is reported")
@@ -325,7 +327,7 @@ func measureRedis(ctx context.Context, o *options, r *report.Run, log io.Writer)
 	if o.http {
 		r.HTTP, err = httpload.Run(ctx, httpload.Config{
 			Root: root, Server: srv, Population: pop, Rates: o.httpRates,
-			Warmup: o.httpWarmup, Duration: o.httpDur, TargetRate: o.httpTarget, Log: log,
+			Warmup: o.httpWarmup, Duration: o.httpDur, TargetRate: o.httpTarget, StoreTimeout: o.httpStore, Log: log,
 		})
 	}
 	return err

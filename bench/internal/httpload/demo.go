@@ -50,8 +50,9 @@ func nineWindows() map[string]any {
 // writeConfig writes the demo's own configuration into dir with the
 // windows of its search profile replaced by the nine-window profile, and
 // returns its path. Everything else (the other routes' profiles, the
-// store deadline, the degraded matrix, the plans) stays the demo's.
-func writeConfig(root, dir string) (string, error) {
+// degraded matrix, the plans, and the store deadline unless storeTimeout
+// is positive) stays the demo's.
+func writeConfig(root, dir string, storeTimeout time.Duration) (string, error) {
 	data, err := os.ReadFile(filepath.Join(root, suite.DemoConfigPath))
 	if err != nil {
 		return "", err
@@ -69,6 +70,9 @@ func writeConfig(root, dir string) (string, error) {
 	}
 	if !found {
 		return "", fmt.Errorf("httpload: %s has no profile %q", suite.DemoConfigPath, searchProfile)
+	}
+	if storeTimeout > 0 {
+		cfg["store_timeout"] = storeTimeout.String()
 	}
 	out, err := yaml.Marshal(cfg)
 	if err != nil {

@@ -61,6 +61,11 @@ type Config struct {
 	Warmup, Duration time.Duration
 	// TargetRate is the rate the report's target reads.
 	TargetRate float64
+	// StoreTimeout, when positive, replaces the demo's store deadline
+	// (store_timeout, 50 ms): on a machine too busy to answer within it,
+	// the breaker opens and decisions degrade, which a longer deadline
+	// tells apart from the service's own saturation.
+	StoreTimeout time.Duration
 	// Log receives one line per step.
 	Log io.Writer
 }
@@ -84,7 +89,7 @@ func Run(ctx context.Context, cfg Config) (_ *report.HTTPRun, err error) {
 	if err != nil {
 		return nil, err
 	}
-	config, err := writeConfig(cfg.Root, dir)
+	config, err := writeConfig(cfg.Root, dir, cfg.StoreTimeout)
 	if err != nil {
 		return nil, err
 	}
@@ -101,6 +106,9 @@ func Run(ctx context.Context, cfg Config) (_ *report.HTTPRun, err error) {
 		Warmup:     report.Duration(cfg.Warmup), Duration: report.Duration(cfg.Duration),
 		TargetRate: cfg.TargetRate,
 		Generator:  generator(),
+	}
+	if cfg.StoreTimeout > 0 {
+		run.StoreTimeout = cfg.StoreTimeout.String()
 	}
 	targets := targetsFor(d.base, cfg.Population)
 	for _, r := range cfg.Rates {

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/bench/internal/suite"
@@ -20,7 +21,7 @@ func TestConfigIsTheDemosWithNineWindowsOnSearch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path, err := writeConfig(root, t.TempDir())
+	path, err := writeConfig(root, t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func TestConfigIsTheDemosWithNineWindowsOnSearch(t *testing.T) {
 		return cfg
 	}
 	cfg, orig := parse(got), parse(demo)
-	if len(cfg.Profiles) != len(orig.Profiles) || len(cfg.Plans) != len(orig.Plans) || cfg.Degraded != orig.Degraded {
+	if len(cfg.Profiles) != len(orig.Profiles) || len(cfg.Plans) != len(orig.Plans) || cfg.Degraded != orig.Degraded || cfg.BreakerFailures != orig.BreakerFailures {
 		t.Errorf("the configuration lost some of the demo's: %d profiles, %d plans, %+v", len(cfg.Profiles), len(cfg.Plans), cfg.Degraded)
 	}
 	for i, p := range cfg.Profiles {
@@ -86,12 +87,31 @@ sluice_store_latency_seconds_count 9
 
 func TestWindowsCountsThePolicies(t *testing.T) {
 	for policy, want := range map[string]int{
-		"": 0,
+		"":                      0,
 		`"ip-burst";q=1000;w=1`: 1,
 		`"ip-burst";q=1000;w=1, "ip-sustained";q=1000;w=10, "tenant_global-sustained";q=1000;w=10`: 3,
 	} {
 		if got := windows(policy); got != want {
 			t.Errorf("windows(%q) = %d, want %d", policy, got, want)
 		}
+	}
+}
+
+func TestConfigTakesAnotherStoreDeadline(t *testing.T) {
+	root, err := suite.ModuleRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := writeConfig(root, t.TempDir(), 1500*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := app.ParseConfig(data, func(k string) (string, bool) { return suite.Secret, k == app.EnvHMACSecret })
+	if err != nil || cfg.StoreTimeout != 1500*time.Millisecond {
+		t.Errorf("store_timeout %s (%v), want 1.5s", cfg.StoreTimeout, err)
 	}
 }

@@ -23,6 +23,9 @@ type HTTPRun struct {
 	// TargetRate is the rate, in requests per second, at which the target
 	// wants the p99 within HTTPP99.
 	TargetRate float64 `json:"target_rate"`
+	// StoreTimeout is the demo's store deadline when the run replaced the
+	// demo's own ("" when it kept it).
+	StoreTimeout string `json:"store_timeout,omitempty"`
 	// Generator names the load generator and its version.
 	Generator string     `json:"generator"`
 	Steps     []HTTPStep `json:"steps"`
@@ -130,8 +133,12 @@ func (r *Run) writeHTTP(b *strings.Builder) {
 		return
 	}
 	b.WriteString("\n#### HTTP load test: the demo on Redis, open loop\n\n")
-	fmt.Fprintf(b, "`%s` under %s, over real HTTP on loopback, from %d clients; %s sends the requests at a fixed rate (open loop: a slow answer does not delay the next request); each rate: %s of warm-up, then %s measured.\n\n",
-		h.Route, h.Profile, h.Population, h.Generator, h.Warmup, h.Duration)
+	deadline := "the demo's own store deadline"
+	if h.StoreTimeout != "" {
+		deadline = "a store deadline of " + h.StoreTimeout + " instead of the demo's"
+	}
+	fmt.Fprintf(b, "`%s` under %s, with %s, over real HTTP on loopback, from %d clients; %s sends the requests at a fixed rate (open loop: a slow answer does not delay the next request); each rate: %s of warm-up, then %s measured.\n\n",
+		h.Route, h.Profile, deadline, h.Population, h.Generator, h.Warmup, h.Duration)
 	fmt.Fprintf(b, "p99 ≤ %s up to **%s** requests/s; p99 ≤ %s up to **%s** requests/s (a rate counts when it was held, every answer was a 200 from the shared store's decision, and every lower rate counted too).\n\n",
 		micros(HTTPP99), rateOrNone(h.HighestRate(HTTPP99)), micros(HTTPRelaxedP99), rateOrNone(h.HighestRate(HTTPRelaxedP99)))
 	b.WriteString("| rate asked | answered | p50 | p99 | p999 | max | answers | windows per decision | CPU µs per request: load generator + demo + Redis | held |\n")
