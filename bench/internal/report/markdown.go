@@ -206,7 +206,7 @@ func (r *Run) writeMemory(b *strings.Builder) {
 }
 
 func (r *Run) writeAll(b *strings.Builder) {
-	b.WriteString("\n#### Every measurement\n\n| shape | contender | c | decisions/s | p50 | p99 | p999 | max | refused | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n#### Every measurement\n\n| shape | contender | c | decisions/s | p50 | p99 | p999 | max | Redis µs per call | client CPU µs per decision | refused | errors |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.shapes() {
 		for _, c := range r.Concurrency {
 			for _, ct := range s.contenders {
@@ -221,8 +221,9 @@ func (r *Run) writeAll(b *strings.Builder) {
 				if m.FirstError != "" {
 					errs += " (" + strings.ReplaceAll(m.FirstError, "|", "/") + ")"
 				}
-				fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n",
-					s.name, name(ct), c, rate(m.PerSecond), micros(m.P50), micros(m.P99), micros(m.P999), micros(m.Max), percent(m.RefusedShare()), errs)
+				fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %s | %.1f | %.1f | %s | %s |\n",
+					s.name, name(ct), c, rate(m.PerSecond), micros(m.P50), micros(m.P99), micros(m.P999), micros(m.Max),
+					m.MicrosPerCall(), m.ClientCPUPerDecision(), percent(m.RefusedShare()), errs)
 			}
 		}
 	}
