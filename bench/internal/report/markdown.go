@@ -240,9 +240,9 @@ func name(c contender) string {
 // rate formats decisions per second: 940, 74.2k, 1.25M.
 func rate(v float64) string {
 	switch {
-	case v >= 1e6:
+	case v >= 999_950:
 		return fmt.Sprintf("%.2fM", v/1e6)
-	case v >= 1e3:
+	case v >= 999.5: // 999.6 reads 1.0k, not 1000
 		return fmt.Sprintf("%.1fk", v/1e3)
 	}
 	return fmt.Sprintf("%.0f", v)
