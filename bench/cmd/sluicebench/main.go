@@ -59,6 +59,7 @@ type options struct {
 	duration    time.Duration
 	ops         int64
 	population  int
+	demoPop     int
 	redisShapes bool
 	http        bool
 	httpRates   []float64
@@ -90,6 +91,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "length of each measurement")
 	fs.Int64Var(&o.ops, "ops", 0, "requests per measurement instead of -duration (smoke tests)")
 	fs.IntVar(&o.population, "population", 1000, "clients the Redis shapes cycle through")
+	fs.IntVar(&o.demoPop, "demo-population", suite.DemoPopulation, "clients the demo shape cycles through (its limits are a service's: fewer clients reach them)")
 	fs.StringVar(&o.redisAddr, "redis", "", "host:port of a Redis to use instead of starting one (it is flushed!)")
 	fs.IntVar(&o.goRedisPool, "goredis-pool", 0, "go-redis pool size for redis_rate; 0: go-redis' default, 10 per CPU")
 	fs.BoolVar(&o.redisShapes, "redis-shapes", true, "run the Redis shapes")
@@ -309,7 +311,10 @@ func measureRedis(ctx context.Context, o *options, r *report.Run, log io.Writer)
 		if !o.redisShapes || len(o.shapes) > 0 && !contains(o.shapes, shape.Name) {
 			continue
 		}
-		n := cmp.Or(shape.Population, o.population)
+		n := o.population
+		if shape.Population > 0 {
+			n = o.demoPop
+		}
 		if pops[n] == nil {
 			if pops[n], err = suite.NewPopulation(n); err != nil {
 				return err

@@ -41,7 +41,7 @@ func TestSmoke(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{
 		"-ops", "200", "-warmup", "20ms", "-c", "1,4", "-benchtime", "1x", "-rounds", "2", "-redis-rounds", "2",
-		"-http-rates", "100,200", "-http-warmup", "100ms", "-http-duration", "1s",
+		"-http-rates", "200,400", "-http-warmup", "100ms", "-http-duration", "500ms", "-demo-population", "1000",
 		"-json", paths["json"], "-chart", paths["svg"], "-md", paths["md"], "-doc", doc,
 	}, &stdout, &stderr)
 	if code != 0 {

@@ -66,7 +66,8 @@ type Shape struct {
 	// Hot marks the hot-key shape, the one whose requests are refused.
 	Hot bool
 	// Population, when positive, is the number of clients this shape
-	// cycles through instead of the run's (see DemoPopulation).
+	// cycles through instead of the run's (see DemoPopulation; sluicebench's
+	// -demo-population sets another).
 	Population int
 	Contenders []Contender
 }
