@@ -62,14 +62,15 @@ fuzz-smoke:
 ## its own module, so the peers stay out of go.mod): starts a private
 ## redis-server, drives every shape at concurrency 1, 16, 64 and 256, runs
 ## the HTTP load test (bench-http) and the in-process benchmarks, and
-## rewrites docs/BENCHMARKS.md's generated block, docs/bench/redis.svg and
-## docs/bench/results.json. About 35 minutes; run it on a quiet machine.
+## rewrites docs/BENCHMARKS.md's generated block, docs/bench/redis.svg,
+## docs/bench/http.svg and docs/bench/results.json. About 35 minutes; run
+## it on a quiet machine.
 ## BENCHFLAGS adds flags, e.g. BENCHFLAGS='-duration 10s -shapes
 ## log-9,gcra-9 -http=false'.
 bench: deps
 	cd bench && $(GO) run ./cmd/sluicebench -command 'make bench' \
 		-json ../docs/bench/results.json -chart ../docs/bench/redis.svg \
-		-doc ../docs/BENCHMARKS.md $(BENCHFLAGS)
+		-http-chart ../docs/bench/http.svg -doc ../docs/BENCHMARKS.md $(BENCHFLAGS)
 
 ## bench-http: the HTTP load test alone: builds examples/demo, starts it
 ## on a private redis-server with the nine-window profile on its search

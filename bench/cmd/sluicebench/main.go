@@ -75,6 +75,7 @@ type options struct {
 	redisRounds int
 	jsonPath    string
 	chartPath   string
+	httpChart   string
 	mdPath      string
 	docPath     string
 	from        string
@@ -107,6 +108,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.redisRounds, "redis-rounds", 3, "rounds of each shape at each concurrency; each contender's median round is reported")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results as JSON to this file")
 	fs.StringVar(&o.chartPath, "chart", "", "write the SVG chart to this file")
+	fs.StringVar(&o.httpChart, "http-chart", "", "write the HTTP load test's SVG chart to this file (when it ran)")
 	fs.StringVar(&o.mdPath, "md", "", "write the markdown report to this file")
 	fs.StringVar(&o.docPath, "doc", "", "splice the markdown report into this document, between its sluicebench markers")
 	fs.StringVar(&o.from, "from", "", "re-render the report of this saved JSON run instead of measuring")
@@ -189,8 +191,17 @@ func write(r *report.Run, o *options, stdout io.Writer) error {
 			return err
 		}
 	}
+	httpChart := o.httpChart
+	if r.HTTP == nil {
+		httpChart = ""
+	}
+	if httpChart != "" {
+		if err := writeFile(httpChart, r.HTTPChart); err != nil {
+			return err
+		}
+	}
 	var md strings.Builder
-	if err := r.Markdown(&md, chartRef(o.chartPath, o.mdPath, "")); err != nil {
+	if err := r.Markdown(&md, chartRef(o.chartPath, o.mdPath, ""), chartRef(httpChart, o.mdPath, "")); err != nil {
 		return err
 	}
 	if _, err := io.WriteString(stdout, md.String()); err != nil {
@@ -203,7 +214,7 @@ func write(r *report.Run, o *options, stdout io.Writer) error {
 	}
 	if o.docPath != "" {
 		var doc strings.Builder
-		if err := r.Markdown(&doc, chartRef(o.chartPath, o.docPath, "")); err != nil {
+		if err := r.Markdown(&doc, chartRef(o.chartPath, o.docPath, ""), chartRef(httpChart, o.docPath, "")); err != nil {
 			return err
 		}
 		return report.Splice(o.docPath, []byte(doc.String()))

@@ -35,6 +35,7 @@ func TestSmoke(t *testing.T) {
 	paths := map[string]string{
 		"json": filepath.Join(dir, "docs", "bench", "results.json"),
 		"svg":  filepath.Join(dir, "docs", "bench", "redis.svg"),
+		"http": filepath.Join(dir, "docs", "bench", "http.svg"),
 		"md":   filepath.Join(dir, "report.md"),
 	}
 	conc := []int{1, 4}
@@ -42,7 +43,7 @@ func TestSmoke(t *testing.T) {
 	code := run(context.Background(), []string{
 		"-ops", "200", "-warmup", "20ms", "-c", "1,4", "-benchtime", "1x", "-rounds", "2", "-redis-rounds", "2",
 		"-http-rates", "200,400", "-http-warmup", "100ms", "-http-duration", "500ms", "-demo-population", "1000",
-		"-json", paths["json"], "-chart", paths["svg"], "-md", paths["md"], "-doc", doc,
+		"-json", paths["json"], "-chart", paths["svg"], "-http-chart", paths["http"], "-md", paths["md"], "-doc", doc,
 	}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("run = %d; stderr:\n%s", code, stderr.String())
@@ -70,12 +71,19 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkSVG(t, svg, len(suite.Shapes()))
+	httpSVG, err := os.ReadFile(paths["http"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rects, lines := countSVG(t, httpSVG); rects != 2 || lines != 3 {
+		t.Errorf("the HTTP chart has %d rects and %d lines, want a background, a frame, and p50, p99 and p99.9", rects, lines)
+	}
 
 	got, err := os.ReadFile(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, keep := range []string{"Written by hand.", "## Analysis\n\nAlso by hand.", "](bench/redis.svg)", "#### Targets"} {
+	for _, keep := range []string{"Written by hand.", "## Analysis\n\nAlso by hand.", "](bench/redis.svg)", "](bench/http.svg)", "#### Targets"} {
 		if !strings.Contains(string(got), keep) {
 			t.Errorf("the document lost or lacks %q:\n%s", keep, got)
 		}
@@ -86,7 +94,7 @@ func TestSmoke(t *testing.T) {
 
 	// -from renders the same report from the saved run, measuring nothing.
 	stdout.Reset()
-	if code := run(context.Background(), []string{"-from", paths["json"], "-chart", paths["svg"], "-md", filepath.Join(dir, "again.md")}, &stdout, io.Discard); code != 0 {
+	if code := run(context.Background(), []string{"-from", paths["json"], "-chart", paths["svg"], "-http-chart", paths["http"], "-md", filepath.Join(dir, "again.md")}, &stdout, io.Discard); code != 0 {
 		t.Fatalf("run -from = %d", code)
 	}
 	if !bytes.Equal(stdout.Bytes(), md) {
@@ -217,12 +225,27 @@ func checkMarkdown(t *testing.T, md string, r *report.Run, conc []int) {
 // checkSVG parses the chart and counts its panels' frames and lines.
 func checkSVG(t *testing.T, svg []byte, shapes int) {
 	t.Helper()
+	rects, paths := countSVG(t, svg)
+	if want := 1 + 2*shapes; rects != want {
+		t.Errorf("%d rects, want a background and %d panels", rects, 2*shapes)
+	}
+	lines := 0
+	for _, s := range suite.Shapes() {
+		lines += 2 * len(s.Contenders)
+	}
+	if paths != lines {
+		t.Errorf("%d lines drawn, want %d (one per contender per panel)", paths, lines)
+	}
+}
+
+// countSVG parses a chart and counts its rects and paths.
+func countSVG(t *testing.T, svg []byte) (rects, paths int) {
+	t.Helper()
 	dec := xml.NewDecoder(bytes.NewReader(svg))
-	rects, paths := 0, 0
 	for {
 		tok, err := dec.Token()
 		if err == io.EOF {
-			break
+			return rects, paths
 		}
 		if err != nil {
 			t.Fatalf("the chart is not well-formed XML: %v", err)
@@ -235,16 +258,6 @@ func checkSVG(t *testing.T, svg []byte, shapes int) {
 				paths++
 			}
 		}
-	}
-	if want := 1 + 2*shapes; rects != want {
-		t.Errorf("%d rects, want a background and %d panels", rects, 2*shapes)
-	}
-	lines := 0
-	for _, s := range suite.Shapes() {
-		lines += 2 * len(s.Contenders)
-	}
-	if paths != lines {
-		t.Errorf("%d lines drawn, want %d (one per contender per panel)", paths, lines)
 	}
 }
 

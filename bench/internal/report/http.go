@@ -3,7 +3,9 @@ package report
 import (
 	"cmp"
 	"fmt"
+	"io"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 )
@@ -127,7 +129,7 @@ func (h *HTTPRun) step(rate float64) *HTTPStep {
 	return nil
 }
 
-func (r *Run) writeHTTP(b *strings.Builder) {
+func (r *Run) writeHTTP(b *strings.Builder, chart string) {
 	h := r.HTTP
 	if h == nil {
 		return
@@ -161,6 +163,9 @@ func (r *Run) writeHTTP(b *strings.Builder) {
 			rate(s.Rate), rate(s.Throughput()), micros(s.P50), micros(s.P99), micros(s.P999), micros(s.Max),
 			codes(s.Codes), s.Windows, per(s.ClientCPU), per(s.DemoCPU), per(s.RedisCPU), held)
 	}
+	if chart != "" {
+		fmt.Fprintf(b, "\n![p50, p99 and p99.9 against the rate asked](%s)\n", chart)
+	}
 }
 
 // codes formats the answers by status: "200 × 9 998, 503 × 2".
@@ -177,4 +182,86 @@ func codes(c map[string]int64) string {
 		out = append(out, fmt.Sprintf("%s × %d", name, c[k]))
 	}
 	return strings.Join(out, ", ")
+}
+
+// HTTP chart geometry, in SVG user units.
+const (
+	httpW, httpH = 720, 330
+)
+
+// HTTPChart writes an SVG of the HTTP load test: p50, p99 and p99.9
+// (logarithmic) against the rate asked, with the 5 ms and 10 ms bounds.
+func (r *Run) HTTPChart(w io.Writer) error {
+	h := r.HTTP
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="Helvetica, Arial, sans-serif" font-size="12">`+"\n", httpW, httpH, httpW, httpH)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="#ffffff"/>`+"\n", httpW, httpH)
+	left, top := float64(padL), float64(headerH)
+	pw, ph := float64(httpW-padL-padR), float64(httpH-headerH-padB)
+	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="15" font-weight="bold">HTTP load test: the demo on Redis %s, %s (open loop)</text>`+"\n",
+		padL, esc(r.Machine.Redis), esc(r.Date.UTC().Format("2006-01-02")))
+	fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#999"/>`+"\n", left, top, pw, ph)
+	var steps []HTTPStep
+	if h != nil {
+		steps = h.Steps
+	}
+	series := []struct {
+		name, colour string
+		v            func(HTTPStep) float64
+	}{
+		{"p50", "#1f77b4", func(s HTTPStep) float64 { return s.P50 }},
+		{"p99", "#d62728", func(s HTTPStep) float64 { return s.P99 }},
+		{"p99.9", "#ff7f0e", func(s HTTPStep) float64 { return s.P999 }},
+	}
+	x0 := padL
+	for _, s := range series {
+		fmt.Fprintf(&b, `<line x1="%d" y1="44" x2="%d" y2="44" stroke="%s" stroke-width="2.5"/><text x="%d" y="48">%s</text>`+"\n", x0, x0+28, s.colour, x0+34, s.name)
+		x0 += 90
+	}
+	if len(steps) > 0 {
+		lo, hi := float64(HTTPP99), float64(HTTPRelaxedP99)
+		for _, st := range steps {
+			for _, s := range series {
+				if v := s.v(st); v > 0 {
+					lo, hi = min(lo, v), max(hi, v)
+				}
+			}
+		}
+		a, z := math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
+		if z == a {
+			z++
+		}
+		y := func(v float64) float64 { return top + ph - ph*(math.Log10(v)-a)/(z-a) }
+		x := func(i int) float64 {
+			if len(steps) == 1 {
+				return left + pw/2
+			}
+			return left + 14 + (pw-28)*float64(i)/float64(len(steps)-1)
+		}
+		for e := a; e <= z; e++ {
+			v := math.Pow(10, e)
+			fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#e5e5e5"/><text x="%.0f" y="%.1f" text-anchor="end" fill="#555">%s</text>`+"\n", left, y(v), left+pw, y(v), left-6, y(v)+4, esc(micros(v)))
+		}
+		for _, bound := range []float64{HTTPP99, HTTPRelaxedP99} {
+			fmt.Fprintf(&b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#555" stroke-dasharray="3 3"/><text x="%.0f" y="%.1f" fill="#555">%s</text>`+"\n", left, y(bound), left+pw, y(bound), left+4, y(bound)-3, esc(micros(bound)))
+		}
+		for i, st := range steps {
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle" fill="#555">%s</text>`, x(i), top+ph+16, esc(rate(st.Rate)))
+		}
+		fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle" fill="#555">requests/s asked</text>`+"\n", left+pw/2, top+ph+31)
+		for _, s := range series {
+			var path strings.Builder
+			for i, st := range steps {
+				cmd := "L"
+				if i == 0 {
+					cmd = "M"
+				}
+				fmt.Fprintf(&path, "%s%.1f,%.1f ", cmd, x(i), y(max(s.v(st), math.Pow(10, a))))
+			}
+			fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="%s" stroke-width="2.5"/>`+"\n", strings.TrimSpace(path.String()), s.colour)
+		}
+	}
+	b.WriteString("</svg>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
 }

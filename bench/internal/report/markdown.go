@@ -10,9 +10,10 @@ import (
 // shapes side by side at RefConcurrency, Redis' time per call against the
 // floor, the client's side, the HTTP load test, the in-process benchmarks,
 // Redis' memory, every measurement and, when chart is not empty, the chart
-// (a path relative to the markdown file). The Redis tables are left out
-// of a run that measured no shape (make bench-http).
-func (r *Run) Markdown(w io.Writer, chart string) error {
+// (a path relative to the markdown file), and httpChart likewise. The
+// Redis tables are left out of a run that measured no shape (make
+// bench-http).
+func (r *Run) Markdown(w io.Writer, chart, httpChart string) error {
 	var b strings.Builder
 	r.writeConditions(&b)
 	r.writeTargets(&b)
@@ -24,7 +25,7 @@ func (r *Run) Markdown(w io.Writer, chart string) error {
 		r.writeFloor(&b)
 		r.writeClient(&b)
 	}
-	r.writeHTTP(&b)
+	r.writeHTTP(&b, httpChart)
 	r.writeInProcess(&b)
 	if len(r.Redis) > 0 {
 		r.writeMemory(&b)

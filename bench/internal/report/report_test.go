@@ -1,6 +1,7 @@
 package report
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -189,5 +190,34 @@ func TestHTTPHighestRateStopsAtTheFirstStepThatFails(t *testing.T) {
 	h.Steps[1].Degraded = 1
 	if got, p := h.HighestRate(HTTPRelaxedP99), h.Steps[1].Problem(); got != 0 || !strings.Contains(p, "1 degraded") {
 		t.Errorf("HighestRate with a degraded decision at the lowest rate = %v (%q), want 0", got, p)
+	}
+}
+
+func TestHTTPChartDrawsEachQuantileWithinItsFrame(t *testing.T) {
+	r := sampleRun(1)
+	var b strings.Builder
+	if err := r.HTTPChart(&b); err != nil {
+		t.Fatal(err)
+	}
+	svg := b.String()
+	if n := strings.Count(svg, "<path "); n != 3 {
+		t.Fatalf("%d lines, want p50, p99 and p99.9", n)
+	}
+	for _, line := range strings.Split(svg, "\n") {
+		d, ok := strings.CutPrefix(line, `<path d="`)
+		if !ok {
+			continue
+		}
+		d, _, _ = strings.Cut(d, `"`)
+		points := strings.Fields(d)
+		if len(points) != len(r.HTTP.Steps) {
+			t.Errorf("a line of %d points for %d rates", len(points), len(r.HTTP.Steps))
+		}
+		for _, p := range points {
+			var x, y float64
+			if _, err := fmt.Sscanf(p[1:], "%f,%f", &x, &y); err != nil || x < padL || x > httpW-padR || y < headerH || y > httpH-padB {
+				t.Errorf("point %q outside the frame (%v)", p, err)
+			}
+		}
 	}
 }
