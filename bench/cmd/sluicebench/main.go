@@ -169,6 +169,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluicebench:", err)
 		return 1
 	}
+	if r.HTTP != nil && r.HTTP.Error != "" {
+		fmt.Fprintln(stderr, "sluicebench:", r.HTTP.Error)
+		return 1
+	}
 	for _, m := range r.Redis {
 		if m.Errors > 0 {
 			fmt.Fprintf(stderr, "sluicebench: %s / %s at c=%d: %d requests failed (first: %s)\n", m.Shape, m.Contender, m.Concurrency, m.Errors, m.FirstError)
@@ -341,12 +345,23 @@ func measureRedis(ctx context.Context, o *options, r *report.Run, log io.Writer)
 		}
 	}
 	if o.http {
+		// A failed load test does not lose the shapes measured before it:
+		// the report says why it failed, and the command exits 1.
 		r.HTTP, err = httpload.Run(ctx, httpload.Config{
 			Root: root, Server: srv, Population: pop, Rates: o.httpRates,
 			Warmup: o.httpWarmup, Duration: o.httpDur, TargetRate: o.httpTarget, StoreTimeout: o.httpStore, Log: log,
 		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			if r.HTTP == nil {
+				r.HTTP = &report.HTTPRun{}
+			}
+			r.HTTP.Error = err.Error()
+		}
 	}
-	return err
+	return nil
 }
 
 // measureRounds measures every contender of shape at concurrency c,

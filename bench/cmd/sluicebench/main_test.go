@@ -289,3 +289,22 @@ func TestFlagsRefuseBadInput(t *testing.T) {
 		}
 	}
 }
+
+// TestHTTPFailureIsReported: a demo that cannot start (a store deadline
+// its configuration refuses) fails the command but not the report, which
+// says why.
+func TestHTTPFailureIsReported(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{
+		"-redis-shapes=false", "-inproc=false", "-http-rates", "100", "-http-duration", "100ms", "-http-store-timeout", "1ns",
+	}, &stdout, &stderr)
+	if code != 1 {
+		t.Errorf("run = %d, want 1; stderr:\n%s", code, stderr.String())
+	}
+	md := stdout.String()
+	for _, want := range []string{"**The load test failed**: ", "store_timeout", "| HTTP load test: the demo on Redis, nine windows, open loop | p99 ≤ 5.0 ms | – | not measured |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report lacks %q:\n%s", want, md)
+		}
+	}
+}

@@ -76,6 +76,7 @@ type Config struct {
 const StopP99 = 100_000
 
 // Run builds and starts the demo, drives every rate and stops the demo.
+// On an error it returns the steps measured so far with the error.
 func Run(ctx context.Context, cfg Config) (_ *report.HTTPRun, err error) {
 	if len(cfg.Rates) == 0 || cfg.Duration <= 0 || cfg.Warmup < 0 {
 		return nil, errors.New("httpload: want rates, a positive duration and a warm-up of 0 or more")
@@ -114,7 +115,7 @@ func Run(ctx context.Context, cfg Config) (_ *report.HTTPRun, err error) {
 	for _, r := range cfg.Rates {
 		st, err := step(ctx, cfg, d, targets, r)
 		if err != nil {
-			return nil, fmt.Errorf("httpload: %v requests/s: %w", r, err)
+			return run, fmt.Errorf("httpload: %v requests/s: %w", r, err)
 		}
 		run.Steps = append(run.Steps, *st)
 		if cfg.Log != nil {

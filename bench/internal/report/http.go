@@ -31,6 +31,10 @@ type HTTPRun struct {
 	// Generator names the load generator and its version.
 	Generator string     `json:"generator"`
 	Steps     []HTTPStep `json:"steps"`
+	// Error says why the load test stopped short (the demo did not build
+	// or start, a step could not be measured); the steps measured before
+	// are kept.
+	Error string `json:"error,omitempty"`
 }
 
 // HTTPStep is one rate of the HTTP load test.
@@ -135,6 +139,9 @@ func (r *Run) writeHTTP(b *strings.Builder, chart string) {
 		return
 	}
 	b.WriteString("\n#### HTTP load test: the demo on Redis, open loop\n\n")
+	if h.Error != "" {
+		fmt.Fprintf(b, "**The load test failed**: %s\n\n", strings.ReplaceAll(h.Error, "\n", " "))
+	}
 	deadline := "the demo's own store deadline"
 	if h.StoreTimeout != "" {
 		deadline = "a store deadline of " + h.StoreTimeout + " instead of the demo's"
