@@ -88,25 +88,31 @@ func (r *Run) Targets() []Target {
 	}
 }
 
-// floorTarget: on every shape, Redis' time per call of sluice's store at
-// most FloorRatio × the floor script's (c=RefConcurrency). It lists every
-// shape's ratio, the worst first.
+// FloorShapes are the shapes the floor target reads: the multi-key
+// decisions issue 17 and script v3 aim at (the floor table of the report
+// gives every shape's ratio; on one key the fixed cost of calling a
+// script weighs more than any command).
+var FloorShapes = []string{"log-9", "gcra-9", "log-9-large", "log-2", "demo"}
+
+// floorTarget: on each of FloorShapes, Redis' time per call of sluice's
+// store at most FloorRatio × the floor script's (c=RefConcurrency). It
+// lists every such shape's ratio, the worst first.
 func (r *Run) floorTarget() Target {
 	t := Target{
-		Name: "Redis time per call: sluice store vs the floor script (the same commands, no logic), every shape",
-		Want: fmt.Sprintf("≤ %s the floor's µs per call (c=%d)", times(FloorRatio), RefConcurrency),
+		Name: "Redis time per call: sluice store vs the floor script (the same commands, no logic), on " + strings.Join(FloorShapes, ", "),
+		Want: fmt.Sprintf("≤ %s the floor's µs per call on each (c=%d)", times(FloorRatio), RefConcurrency),
 	}
 	type ratio struct {
 		shape      string
 		got, s, fl float64
 	}
 	var rs []ratio
-	for _, sh := range r.shapes() {
-		s, fl := r.find(sh.name, sluiceStore, RefConcurrency), r.find(sh.name, floorName, RefConcurrency)
+	for _, name := range FloorShapes {
+		s, fl := r.find(name, sluiceStore, RefConcurrency), r.find(name, floorName, RefConcurrency)
 		if s == nil || fl == nil || fl.MicrosPerCall() == 0 {
 			continue
 		}
-		rs = append(rs, ratio{sh.name, s.MicrosPerCall() / fl.MicrosPerCall(), s.MicrosPerCall(), fl.MicrosPerCall()})
+		rs = append(rs, ratio{name, s.MicrosPerCall() / fl.MicrosPerCall(), s.MicrosPerCall(), fl.MicrosPerCall()})
 	}
 	if len(rs) == 0 {
 		return t
