@@ -226,3 +226,15 @@ func TestHTTPChartDrawsEachQuantileWithinItsFrame(t *testing.T) {
 		}
 	}
 }
+
+func TestHTTPTargetSaysHowFarTheRateHeld(t *testing.T) {
+	r := sampleRun(0.5)
+	tg := target(t, r, "HTTP load test")
+	if tg.Met || tg.Miss != "held up to 1.0k/s only; at 2.0k/s: p99 8.0 ms" {
+		t.Errorf("p99 of 8 ms at the target rate: met %t, miss %q", tg.Met, tg.Miss)
+	}
+	r.HTTP.TargetRate = 3000
+	if tg := target(t, r, "HTTP load test"); tg.Met || tg.Miss != "held up to 1.0k/s only; 3.0k/s was not driven" {
+		t.Errorf("a target rate not driven: met %t, miss %q", tg.Met, tg.Miss)
+	}
+}

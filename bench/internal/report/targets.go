@@ -168,10 +168,11 @@ func (r *Run) httpLoadTarget() Target {
 	t.Got = fmt.Sprintf("p99 ≤ %s up to %s, ≤ %s up to %s requests/s", micros(HTTPP99), rateOrNone(best5), micros(HTTPRelaxedP99), rateOrNone(best10))
 	t.Met = best5 >= h.TargetRate && h.TargetRate > 0
 	if !t.Met {
+		t.Miss = fmt.Sprintf("held up to %s/s only", rateOrNone(best5))
 		if st := h.step(h.TargetRate); st != nil {
-			t.Miss = fmt.Sprintf("at %s/s: p99 %s%s", rate(h.TargetRate), micros(st.P99), st.Problem())
-		} else {
-			t.Miss = fmt.Sprintf("%s/s was not among the rates driven", rate(h.TargetRate))
+			t.Miss += fmt.Sprintf("; at %s/s: p99 %s%s", rate(h.TargetRate), micros(st.P99), st.Problem())
+		} else if h.TargetRate > 0 {
+			t.Miss += fmt.Sprintf("; %s/s was not driven", rate(h.TargetRate))
 		}
 	}
 	return t
