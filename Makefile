@@ -8,7 +8,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Go's race detector needs cgo.
 export CGO_ENABLED := 1
 
-.PHONY: all deps test test-short bench bench-smoke bench-go lint cover demo tidy
+.PHONY: all deps test test-short bench bench-http bench-smoke bench-go lint cover demo tidy
 
 all: lint test
 
@@ -58,21 +58,35 @@ fuzz-smoke:
 	$(FUZZ) -fuzz '^FuzzForwardedRoundTrip$$' ./adapters/httpmw
 	$(FUZZ) -fuzz '^FuzzRefusalHeaders$$' ./adapters/httpmw
 
-## bench: sluice side by side with its peers (bench/, its own module, so
-## the peers stay out of go.mod): starts a private redis-server, drives
-## every shape at concurrency 1, 16, 64 and 256, runs the in-process
-## benchmarks, and rewrites docs/BENCHMARKS.md's generated block,
-## docs/bench/redis.svg and docs/bench/results.json. About 20 minutes; run
-## it on a quiet machine. BENCHFLAGS adds flags, e.g.
-## BENCHFLAGS='-duration 10s -shapes log-9,gcra-9'.
+## bench: sluice side by side with its peers and the floor script (bench/,
+## its own module, so the peers stay out of go.mod): starts a private
+## redis-server, drives every shape at concurrency 1, 16, 64 and 256, runs
+## the HTTP load test (bench-http) and the in-process benchmarks, and
+## rewrites docs/BENCHMARKS.md's generated block, docs/bench/redis.svg,
+## docs/bench/http.svg and docs/bench/results.json. About 35 minutes; run
+## it on a quiet machine.
+## BENCHFLAGS adds flags, e.g. BENCHFLAGS='-duration 10s -shapes
+## log-9,gcra-9 -http=false'.
 bench: deps
 	cd bench && $(GO) run ./cmd/sluicebench -command 'make bench' \
 		-json ../docs/bench/results.json -chart ../docs/bench/redis.svg \
-		-doc ../docs/BENCHMARKS.md $(BENCHFLAGS)
+		-http-chart ../docs/bench/http.svg -doc ../docs/BENCHMARKS.md $(BENCHFLAGS)
+
+## bench-http: the HTTP load test alone: builds examples/demo, starts it
+## on a private redis-server with the nine-window profile on its search
+## route, and drives it over HTTP on loopback at rising fixed rates
+## (vegeta, open loop) until a rate is not held; prints p50/p99/p99.9 per
+## rate and the highest rates with p99 <= 5 ms and <= 10 ms. Writes no
+## file. About 3 minutes, e.g. BENCHFLAGS='-http-rates 1000,2000,4000
+## -http-duration 20s -http-target-rate 2000'.
+bench-http: deps
+	cd bench && $(GO) run ./cmd/sluicebench -command 'make bench-http' \
+		-redis-shapes=false -inproc=false $(BENCHFLAGS)
 
 ## bench-smoke: vet the bench module, run its benchmarks once and its
-## tests (every shape for a few hundred requests against a real Redis:
-## the outputs' form, never their speed). make test runs it.
+## tests (every shape for a few hundred requests against a real Redis, and
+## the HTTP load test at two low rates for a second each: the outputs'
+## form, never their speed). make test runs it.
 bench-smoke: deps
 	cd bench && $(GO) vet ./... && \
 		$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 5m ./... && \

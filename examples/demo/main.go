@@ -16,7 +16,8 @@
 // says so). -dev also opens /demo/outage, which simulates a store outage.
 //
 // Authentication is a stand-in: the X-Demo-User and X-Demo-Tenant headers
-// (x-demo-user and x-demo-tenant gRPC metadata) are believed as they are.
+// (x-demo-user and x-demo-tenant gRPC metadata), and on HTTP
+// X-Demo-API-Key, are believed as they are.
 // A real service puts its own authenticator there; sluice only reads the
 // identity it established.
 package main

@@ -27,10 +27,13 @@ import (
 
 // The stand-in authentication: headers (HTTP) and metadata keys (gRPC)
 // believed as they come. A real service authenticates (a session, a JWT,
-// mTLS) and hands sluice the identity it established.
+// mTLS) and hands sluice the identity it established. The api key header
+// is read on HTTP only (the bench's load test sends it: bench/, "HTTP load
+// test" in docs/BENCHMARKS.md).
 const (
 	HeaderUser   = "X-Demo-User"
 	HeaderTenant = "X-Demo-Tenant"
+	HeaderAPIKey = "X-Demo-API-Key"
 	mdUser       = "x-demo-user"
 	mdTenant     = "x-demo-tenant"
 )
@@ -41,7 +44,7 @@ type principalKey struct{}
 // principal in the request's context, where identity reads it.
 func authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		id := httpmw.Identity{User: r.Header.Get(HeaderUser), Tenant: r.Header.Get(HeaderTenant)}
+		id := httpmw.Identity{User: r.Header.Get(HeaderUser), Tenant: r.Header.Get(HeaderTenant), APIKey: r.Header.Get(HeaderAPIKey)}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, id)))
 	})
 }

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/bench/internal/cputime"
+	"github.com/sluicehq/sluice/bench/internal/httpload"
 	"github.com/sluicehq/sluice/bench/internal/inproc"
 	"github.com/sluicehq/sluice/bench/internal/load"
 	"github.com/sluicehq/sluice/bench/internal/report"
@@ -58,6 +59,14 @@ type options struct {
 	duration    time.Duration
 	ops         int64
 	population  int
+	demoPop     int
+	redisShapes bool
+	http        bool
+	httpRates   []float64
+	httpWarmup  time.Duration
+	httpDur     time.Duration
+	httpTarget  float64
+	httpStore   time.Duration
 	redisAddr   string
 	goRedisPool int
 	inProcess   bool
@@ -66,6 +75,7 @@ type options struct {
 	redisRounds int
 	jsonPath    string
 	chartPath   string
+	httpChart   string
 	mdPath      string
 	docPath     string
 	from        string
@@ -82,14 +92,23 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "length of each measurement")
 	fs.Int64Var(&o.ops, "ops", 0, "requests per measurement instead of -duration (smoke tests)")
 	fs.IntVar(&o.population, "population", 1000, "clients the Redis shapes cycle through")
+	fs.IntVar(&o.demoPop, "demo-population", suite.DemoPopulation, "clients the demo shape cycles through (its limits are a service's: fewer clients reach them)")
 	fs.StringVar(&o.redisAddr, "redis", "", "host:port of a Redis to use instead of starting one (it is flushed!)")
 	fs.IntVar(&o.goRedisPool, "goredis-pool", 0, "go-redis pool size for redis_rate; 0: go-redis' default, 10 per CPU")
+	fs.BoolVar(&o.redisShapes, "redis-shapes", true, "run the Redis shapes")
 	fs.BoolVar(&o.inProcess, "inproc", true, "run the in-process Go benchmarks")
+	fs.BoolVar(&o.http, "http", true, "run the HTTP load test (the demo on Redis, built from this tree)")
+	rates := fs.String("http-rates", defaultHTTPRates, "comma-separated rates of the HTTP load test, requests/s, driven in rising order until one is not held")
+	fs.DurationVar(&o.httpWarmup, "http-warmup", 2*time.Second, "warm-up of each HTTP rate")
+	fs.DurationVar(&o.httpDur, "http-duration", 10*time.Second, "measurement of each HTTP rate")
+	fs.Float64Var(&o.httpTarget, "http-target-rate", defaultHTTPTarget, "the rate, requests/s, at which the HTTP target wants p99 ≤ 5 ms")
+	fs.DurationVar(&o.httpStore, "http-store-timeout", 0, "the demo's store deadline in the HTTP load test; 0: the demo's own (50ms)")
 	fs.StringVar(&o.benchtime, "benchtime", "1s", "length of each in-process benchmark, as go test's -benchtime")
 	fs.IntVar(&o.rounds, "rounds", 3, "rounds of the in-process benchmarks; the median round of each is reported")
 	fs.IntVar(&o.redisRounds, "redis-rounds", 3, "rounds of each shape at each concurrency; each contender's median round is reported")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results as JSON to this file")
 	fs.StringVar(&o.chartPath, "chart", "", "write the SVG chart to this file")
+	fs.StringVar(&o.httpChart, "http-chart", "", "write the HTTP load test's SVG chart to this file (when it ran)")
 	fs.StringVar(&o.mdPath, "md", "", "write the markdown report to this file")
 	fs.StringVar(&o.docPath, "doc", "", "splice the markdown report into this document, between its sluicebench markers")
 	fs.StringVar(&o.from, "from", "", "re-render the report of this saved JSON run instead of measuring")
@@ -103,6 +122,13 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	var err error
 	if o.concurrency, err = ints(*conc); err != nil {
 		return nil, fmt.Errorf("-c: %w", err)
+	}
+	if o.httpRates, err = floats(*rates); err != nil {
+		return nil, fmt.Errorf("-http-rates: %w", err)
+	}
+	slices.Sort(o.httpRates)
+	if o.httpDur <= 0 || o.httpWarmup < 0 {
+		return nil, fmt.Errorf("-http-duration %s, -http-warmup %s: want a positive duration and a warm-up of 0 or more", o.httpDur, o.httpWarmup)
 	}
 	if o.rounds < 1 || o.redisRounds < 1 {
 		return nil, fmt.Errorf("-rounds %d, -redis-rounds %d: want at least 1 of each", o.rounds, o.redisRounds)
@@ -143,6 +169,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluicebench:", err)
 		return 1
 	}
+	if r.HTTP != nil && r.HTTP.Error != "" {
+		fmt.Fprintln(stderr, "sluicebench:", r.HTTP.Error)
+		return 1
+	}
 	for _, m := range r.Redis {
 		if m.Errors > 0 {
 			fmt.Fprintf(stderr, "sluicebench: %s / %s at c=%d: %d requests failed (first: %s)\n", m.Shape, m.Contender, m.Concurrency, m.Errors, m.FirstError)
@@ -165,8 +195,17 @@ func write(r *report.Run, o *options, stdout io.Writer) error {
 			return err
 		}
 	}
+	httpChart := o.httpChart
+	if r.HTTP == nil {
+		httpChart = ""
+	}
+	if httpChart != "" {
+		if err := writeFile(httpChart, r.HTTPChart); err != nil {
+			return err
+		}
+	}
 	var md strings.Builder
-	if err := r.Markdown(&md, chartRef(o.chartPath, o.mdPath, "")); err != nil {
+	if err := r.Markdown(&md, chartRef(o.chartPath, o.mdPath, ""), chartRef(httpChart, o.mdPath, "")); err != nil {
 		return err
 	}
 	if _, err := io.WriteString(stdout, md.String()); err != nil {
@@ -179,7 +218,7 @@ func write(r *report.Run, o *options, stdout io.Writer) error {
 	}
 	if o.docPath != "" {
 		var doc strings.Builder
-		if err := r.Markdown(&doc, chartRef(o.chartPath, o.docPath, "")); err != nil {
+		if err := r.Markdown(&doc, chartRef(o.chartPath, o.docPath, ""), chartRef(httpChart, o.docPath, "")); err != nil {
 			return err
 		}
 		return report.Splice(o.docPath, []byte(doc.String()))
@@ -242,6 +281,9 @@ func measure(ctx context.Context, o *options, log io.Writer) (*report.Run, error
 	if err := measureRedis(ctx, o, r, log); err != nil {
 		return nil, err
 	}
+	if !o.redisShapes && !o.http && o.inProcess {
+		r.Notes = append(r.Notes, "Only the in-process benchmarks ran.")
+	}
 	if o.inProcess {
 		if err := measureInProcess(o, r, log); err != nil {
 			return nil, err
@@ -251,7 +293,12 @@ func measure(ctx context.Context, o *options, log io.Writer) (*report.Run, error
 	return r, nil
 }
 
+// measureRedis runs the Redis shapes and the HTTP load test, as asked, on
+// one Redis.
 func measureRedis(ctx context.Context, o *options, r *report.Run, log io.Writer) error {
+	if !o.redisShapes && !o.http {
+		return nil
+	}
 	pop, err := suite.NewPopulation(o.population)
 	if err != nil {
 		return err
@@ -266,17 +313,52 @@ func measureRedis(ctx context.Context, o *options, r *report.Run, log io.Writer)
 	if r.Machine.Redis, err = srv.Version(ctx); err != nil {
 		return err
 	}
-	env := &suite.Env{Addr: srv.Addr(), Population: pop, GoRedisPool: o.goRedisPool}
+	root, err := suite.ModuleRoot(".")
+	if err != nil {
+		return err
+	}
+	demoConfig, err := os.ReadFile(filepath.Join(root, suite.DemoConfigPath))
+	if err != nil {
+		return err
+	}
+	pops := map[int]*suite.Population{o.population: pop}
 	for _, shape := range suite.Shapes() {
-		if len(o.shapes) > 0 && !contains(o.shapes, shape.Name) {
+		if !o.redisShapes || len(o.shapes) > 0 && !contains(o.shapes, shape.Name) {
 			continue
 		}
+		n := o.population
+		if shape.Population > 0 {
+			n = o.demoPop
+		}
+		if pops[n] == nil {
+			if pops[n], err = suite.NewPopulation(n); err != nil {
+				return err
+			}
+		}
+		env := &suite.Env{Addr: srv.Addr(), Population: pops[n], GoRedisPool: o.goRedisPool, DemoConfig: demoConfig}
 		for i, c := range o.concurrency {
 			ms, err := measureRounds(ctx, srv, env, o, shape, c, i, log)
 			if err != nil {
 				return err
 			}
 			r.Redis = append(r.Redis, ms...)
+		}
+	}
+	if o.http {
+		// A failed load test does not lose the shapes measured before it:
+		// the report says why it failed, and the command exits 1.
+		r.HTTP, err = httpload.Run(ctx, httpload.Config{
+			Root: root, Server: srv, Population: pop, Rates: o.httpRates,
+			Warmup: o.httpWarmup, Duration: o.httpDur, TargetRate: o.httpTarget, StoreTimeout: o.httpStore, Log: log,
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			if r.HTTP == nil {
+				r.HTTP = &report.HTTPRun{}
+			}
+			r.HTTP.Error = err.Error()
 		}
 	}
 	return nil
@@ -389,7 +471,7 @@ func measureOne(ctx context.Context, srv *server.Server, env *suite.Env, o *opti
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	return &report.Measurement{
 		Shape: shape.Name, ShapeTitle: shape.Title, Keys: shape.Keys, Hot: shape.Hot,
-		Contender: ct.Name, Sluice: ct.Sluice, Concurrency: c,
+		Contender: ct.Name, Sluice: ct.Sluice, Concurrency: c, Population: len(env.Population.Clients),
 		Ops: res.Ops, Allowed: res.Allowed, Refused: res.Refused, Errors: res.Errors, FirstError: res.FirstError,
 		Seconds: res.Elapsed.Seconds(), PerSecond: res.PerSecond(),
 		P50: us(res.Latency.Quantile(0.50)), P99: us(res.Latency.Quantile(0.99)),
@@ -486,6 +568,24 @@ func shapeNames() []string {
 		out = append(out, s.Name)
 	}
 	return out
+}
+
+// The HTTP load test's default rates and target rate, requests/s.
+const (
+	defaultHTTPRates  = "500,1000,2000,3000,4000,5000,6000,8000,10000,12000,15000,20000"
+	defaultHTTPTarget = 1000
+)
+
+func floats(s string) ([]float64, error) {
+	var out []float64
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || n < 1 || n != float64(int64(n)) {
+			return nil, fmt.Errorf("%q is not a positive whole number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func ints(s string) ([]int, error) {

@@ -35,13 +35,15 @@ func TestSmoke(t *testing.T) {
 	paths := map[string]string{
 		"json": filepath.Join(dir, "docs", "bench", "results.json"),
 		"svg":  filepath.Join(dir, "docs", "bench", "redis.svg"),
+		"http": filepath.Join(dir, "docs", "bench", "http.svg"),
 		"md":   filepath.Join(dir, "report.md"),
 	}
 	conc := []int{1, 4}
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{
 		"-ops", "200", "-warmup", "20ms", "-c", "1,4", "-benchtime", "1x", "-rounds", "2", "-redis-rounds", "2",
-		"-json", paths["json"], "-chart", paths["svg"], "-md", paths["md"], "-doc", doc,
+		"-http-rates", "200,400", "-http-warmup", "100ms", "-http-duration", "500ms", "-demo-population", "1000",
+		"-json", paths["json"], "-chart", paths["svg"], "-http-chart", paths["http"], "-md", paths["md"], "-doc", doc,
 	}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("run = %d; stderr:\n%s", code, stderr.String())
@@ -52,6 +54,7 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkRedis(t, r, conc)
+	checkHTTP(t, r)
 	checkInProcess(t, r)
 
 	md, err := os.ReadFile(paths["md"])
@@ -68,12 +71,19 @@ func TestSmoke(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkSVG(t, svg, len(suite.Shapes()))
+	httpSVG, err := os.ReadFile(paths["http"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rects, lines := countSVG(t, httpSVG); rects != 2 || lines != 3 {
+		t.Errorf("the HTTP chart has %d rects and %d lines, want a background, a frame, and p50, p99 and p99.9", rects, lines)
+	}
 
 	got, err := os.ReadFile(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, keep := range []string{"Written by hand.", "## Analysis\n\nAlso by hand.", "](bench/redis.svg)", "#### Targets"} {
+	for _, keep := range []string{"Written by hand.", "## Analysis\n\nAlso by hand.", "](bench/redis.svg)", "](bench/http.svg)", "#### Targets"} {
 		if !strings.Contains(string(got), keep) {
 			t.Errorf("the document lost or lacks %q:\n%s", keep, got)
 		}
@@ -84,7 +94,7 @@ func TestSmoke(t *testing.T) {
 
 	// -from renders the same report from the saved run, measuring nothing.
 	stdout.Reset()
-	if code := run(context.Background(), []string{"-from", paths["json"], "-chart", paths["svg"], "-md", filepath.Join(dir, "again.md")}, &stdout, io.Discard); code != 0 {
+	if code := run(context.Background(), []string{"-from", paths["json"], "-chart", paths["svg"], "-http-chart", paths["http"], "-md", filepath.Join(dir, "again.md")}, &stdout, io.Discard); code != 0 {
 		t.Fatalf("run -from = %d", code)
 	}
 	if !bytes.Equal(stdout.Bytes(), md) {
@@ -137,6 +147,42 @@ func checkRedis(t *testing.T, r *report.Run, conc []int) {
 	}
 }
 
+// checkHTTP checks the HTTP load test's steps: every request answered or
+// counted as an error, each answer from a decision of nine windows, the
+// demo's own count of its decisions equal to the requests sent, and the
+// three processes' CPU read.
+func checkHTTP(t *testing.T, r *report.Run) {
+	t.Helper()
+	h := r.HTTP
+	if h == nil || len(h.Steps) == 0 {
+		t.Fatal("the HTTP load test did not run")
+	}
+	if h.Population != r.Population || h.Generator == "" || h.TargetRate <= 0 {
+		t.Errorf("HTTP run not described: %d clients, generator %q, target rate %v", h.Population, h.Generator, h.TargetRate)
+	}
+	for _, s := range h.Steps {
+		var answers, decisions int64
+		for _, n := range s.Codes {
+			answers += n
+		}
+		for _, n := range s.Decisions {
+			decisions += n
+		}
+		switch {
+		case s.Requests == 0 || s.OK == 0 || s.OK+s.Errors != s.Requests || answers != s.Requests:
+			t.Errorf("HTTP %v/s: %d requests, %d answered 200, %d errors, %d answers by status %v", s.Rate, s.Requests, s.OK, s.Errors, answers, s.Codes)
+		case s.Windows != 9:
+			t.Errorf("HTTP %v/s: decisions of %d windows, want the nine-window profile's 9", s.Rate, s.Windows)
+		case decisions != s.Requests:
+			t.Errorf("HTTP %v/s: the demo counted %d decisions (%v) for %d requests", s.Rate, decisions, s.Decisions, s.Requests)
+		case !(s.P50 > 0 && s.P50 <= s.P99 && s.P99 <= s.P999 && s.P999 <= s.Max):
+			t.Errorf("HTTP %v/s: latencies p50 %v, p99 %v, p999 %v, max %v out of order", s.Rate, s.P50, s.P99, s.P999, s.Max)
+		case s.Seconds <= 0 || s.ClientCPU <= 0 || s.DemoCPU < 0 || s.RedisCPU <= 0:
+			t.Errorf("HTTP %v/s: %vs, CPU client %vµs, demo %vµs, Redis %vµs", s.Rate, s.Seconds, s.ClientCPU, s.DemoCPU, s.RedisCPU)
+		}
+	}
+}
+
 func checkInProcess(t *testing.T, r *report.Run) {
 	t.Helper()
 	bms := inproc.Benchmarks()
@@ -169,7 +215,7 @@ func checkMarkdown(t *testing.T, md string, r *report.Run, conc []int) {
 			t.Errorf("target %q missing from the report", tg.Name)
 		}
 	}
-	for _, want := range []string{"#### Targets", "#### In process", "#### Redis memory", "#### Every measurement", "![decisions/s and p99"} {
+	for _, want := range []string{"#### Targets", "#### Redis time per call against the floor", "#### The client's side", "#### HTTP load test", "#### In process", "#### Redis memory", "#### Every measurement", "![decisions/s and p99"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the report lacks %q", want)
 		}
@@ -179,12 +225,27 @@ func checkMarkdown(t *testing.T, md string, r *report.Run, conc []int) {
 // checkSVG parses the chart and counts its panels' frames and lines.
 func checkSVG(t *testing.T, svg []byte, shapes int) {
 	t.Helper()
+	rects, paths := countSVG(t, svg)
+	if want := 1 + 2*shapes; rects != want {
+		t.Errorf("%d rects, want a background and %d panels", rects, 2*shapes)
+	}
+	lines := 0
+	for _, s := range suite.Shapes() {
+		lines += 2 * len(s.Contenders)
+	}
+	if paths != lines {
+		t.Errorf("%d lines drawn, want %d (one per contender per panel)", paths, lines)
+	}
+}
+
+// countSVG parses a chart and counts its rects and paths.
+func countSVG(t *testing.T, svg []byte) (rects, paths int) {
+	t.Helper()
 	dec := xml.NewDecoder(bytes.NewReader(svg))
-	rects, paths := 0, 0
 	for {
 		tok, err := dec.Token()
 		if err == io.EOF {
-			break
+			return rects, paths
 		}
 		if err != nil {
 			t.Fatalf("the chart is not well-formed XML: %v", err)
@@ -197,16 +258,6 @@ func checkSVG(t *testing.T, svg []byte, shapes int) {
 				paths++
 			}
 		}
-	}
-	if want := 1 + 2*shapes; rects != want {
-		t.Errorf("%d rects, want a background and %d panels", rects, 2*shapes)
-	}
-	lines := 0
-	for _, s := range suite.Shapes() {
-		lines += 2 * len(s.Contenders)
-	}
-	if paths != lines {
-		t.Errorf("%d lines drawn, want %d (one per contender per panel)", paths, lines)
 	}
 }
 
@@ -228,9 +279,32 @@ func TestFlagsRefuseBadInput(t *testing.T) {
 		{"extra"},
 		{"-rounds", "0"},
 		{"-redis-rounds", "0"},
+		{"-http-rates", "100,x"},
+		{"-http-rates", "0"},
+		{"-http-rates", "1.5"},
+		{"-http-duration", "0s"},
 	} {
 		if code := run(context.Background(), args, io.Discard, io.Discard); code != 2 {
 			t.Errorf("run(%q) = %d, want 2 (usage)", args, code)
+		}
+	}
+}
+
+// TestHTTPFailureIsReported: a demo that cannot start (a store deadline
+// its configuration refuses) fails the command but not the report, which
+// says why.
+func TestHTTPFailureIsReported(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{
+		"-redis-shapes=false", "-inproc=false", "-http-rates", "100", "-http-duration", "100ms", "-http-store-timeout", "1ns",
+	}, &stdout, &stderr)
+	if code != 1 {
+		t.Errorf("run = %d, want 1; stderr:\n%s", code, stderr.String())
+	}
+	md := stdout.String()
+	for _, want := range []string{"**The load test failed**: ", "store_timeout", "| HTTP load test: the demo on Redis, nine windows, open loop | p99 ≤ 5.0 ms | – | not measured |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the report lacks %q:\n%s", want, md)
 		}
 	}
 }

@@ -23,6 +23,7 @@ var palette = map[string]string{
 	sluiceLimiter:   "#2ca02c",
 	redisRateName:   "#d62728",
 	plainScriptName: "#ff7f0e",
+	floorName:       "#7f7f7f",
 }
 
 // Chart writes an SVG with two panels per shape: decisions/s (linear) and

@@ -7,20 +7,30 @@ import (
 )
 
 // Markdown writes the report: the run's conditions, the targets, the
-// shapes side by side at RefConcurrency, every measurement, Redis' memory,
-// the in-process benchmarks and, when chart is not empty, the chart (a
-// path relative to the markdown file).
-func (r *Run) Markdown(w io.Writer, chart string) error {
+// shapes side by side at RefConcurrency, Redis' time per call against the
+// floor, the client's side, the HTTP load test, the in-process benchmarks,
+// Redis' memory, every measurement and, when chart is not empty, the chart
+// (a path relative to the markdown file), and httpChart likewise. The
+// Redis tables are left out of a run that measured no shape (make
+// bench-http).
+func (r *Run) Markdown(w io.Writer, chart, httpChart string) error {
 	var b strings.Builder
 	r.writeConditions(&b)
 	r.writeTargets(&b)
-	r.writeSummary(&b)
-	if chart != "" {
-		fmt.Fprintf(&b, "\n![decisions/s and p99 against concurrency, per shape and contender](%s)\n", chart)
+	if len(r.Redis) > 0 {
+		r.writeSummary(&b)
+		if chart != "" {
+			fmt.Fprintf(&b, "\n![decisions/s and p99 against concurrency, per shape and contender](%s)\n", chart)
+		}
+		r.writeFloor(&b)
+		r.writeClient(&b)
 	}
+	r.writeHTTP(&b, httpChart)
 	r.writeInProcess(&b)
-	r.writeMemory(&b)
-	r.writeAll(&b)
+	if len(r.Redis) > 0 {
+		r.writeMemory(&b)
+		r.writeAll(&b)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -32,12 +42,32 @@ func (r *Run) writeConditions(b *strings.Builder) {
 		m.CPU, m.CPUs, m.GOMAXPROCS, m.OS, m.Arch, m.Go, m.Redis)
 	fmt.Fprintf(b, "- Load average (1, 5, 15 min) before: `%s`; after: `%s`.\n", m.LoadBefore, m.LoadAfter)
 	fmt.Fprintf(b, "- Command: `%s`\n", r.Command)
-	fmt.Fprintf(b, "- Each measurement: closed loop of c workers, %s of warm-up then %s measured, over a population of %d clients; the contenders of a shape run back to back at each concurrency, in alternating order, %s.\n",
-		r.Warmup, r.perPoint(), r.Population, r.roundsText())
-	fmt.Fprintf(b, "- Clients: sluice and the plain script on rueidis as sluice's redis.New builds it (auto-pipelined, a few connections); redis_rate on go-redis with %s.\n", r.GoRedisPool)
+	if len(r.Redis) > 0 {
+		fmt.Fprintf(b, "- Each measurement: closed loop of c workers, %s of warm-up then %s measured, over a population of %d clients%s; the contenders of a shape run back to back at each concurrency, in alternating order, %s.\n",
+			r.Warmup, r.perPoint(), r.Population, r.otherPopulations(), r.roundsText())
+		fmt.Fprintf(b, "- Clients: sluice, the plain script and the floor script on rueidis as sluice's redis.New builds it (auto-pipelined, a few connections); redis_rate on go-redis with %s.\n", r.GoRedisPool)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(b, "- %s\n", n)
 	}
+}
+
+// otherPopulations names the shapes measured over another population than
+// the run's: " (demo: 20000)".
+func (r *Run) otherPopulations() string {
+	var out []string
+	for _, s := range r.shapes() {
+		for _, m := range r.Redis {
+			if m.Shape == s.name && m.Population > 0 && m.Population != r.Population {
+				out = append(out, fmt.Sprintf("%s: %d", s.name, m.Population))
+				break
+			}
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(out, ", ") + ")"
 }
 
 func (r *Run) roundsText() string {
@@ -84,6 +114,62 @@ func (r *Run) writeSummary(b *strings.Builder) {
 	b.WriteString("\nRedis µs per call is Redis' own time per script call (INFO commandstats, commands inside the script included); calls per decision counts every command the contender sent. CPU per decision is the processor time the client process (every worker, the client library and sluice) and Redis (INFO cpu: commands, protocol and network) used over the measurement, divided by its decisions: the two share the machine's cores, so a side that costs less leaves more to the other.\n")
 }
 
+// writeFloor sets every contender's Redis time per call beside the floor
+// script's on the same keys.
+func (r *Run) writeFloor(b *strings.Builder) {
+	c := RefConcurrency
+	var t strings.Builder
+	for _, s := range r.shapes() {
+		fl := r.find(s.name, floorName, c)
+		if fl == nil || fl.MicrosPerCall() == 0 {
+			continue
+		}
+		for _, ct := range s.contenders {
+			m := r.find(s.name, ct.name, c)
+			if m == nil || ct.name == floorName || m.ScriptCalls == 0 {
+				continue
+			}
+			fmt.Fprintf(&t, "| %s | %s | %.1f | %.1f | %s |\n", s.title, name(ct), m.MicrosPerCall(), fl.MicrosPerCall(), times(m.MicrosPerCall()/fl.MicrosPerCall()))
+		}
+	}
+	fmt.Fprintf(b, "\n#### Redis time per call against the floor (c=%d)\n\n", c)
+	b.WriteString("The floor script sends exactly the commands of sluice's key layout for the shape's keys (TIME; one MGET of the string keys and one SET PX each; ZREMRANGEBYSCORE, ZCARD, ZADD and PEXPIRE per ZSET key; reads only where the shape refuses) with no logic between them: what the commands alone cost Redis. redis_rate's row compares its one key with the shape's floor.\n\n")
+	b.WriteString("| shape | contender | Redis µs per call | floor µs per call | × floor |\n|---|---|---|---|---|\n")
+	b.WriteString(t.String())
+}
+
+// writeClient sets each contender's client CPU per decision (c=64) beside
+// its serial latency (c=1): what the client side of a decision costs.
+func (r *Run) writeClient(b *strings.Builder) {
+	b.WriteString("\n#### The client's side: CPU per decision and serial latency\n\n")
+	fmt.Fprintf(b, "Client CPU per decision is this process' processor time (every worker, the client library and sluice) over the c=%d measurement, divided by its decisions; sluice, the plain script and the floor run on the very same client (rueidis as redis.New builds it), redis_rate on go-redis. The serial p50 is at c=1, where latency is the client's path, a loopback round trip and Redis' time.\n\n", RefConcurrency)
+	b.WriteString("| shape | contender | client CPU µs per decision (c=64) | vs the plain script | p50 at c=1 | vs redis_rate |\n|---|---|---|---|---|---|\n")
+	for _, s := range r.shapes() {
+		plain := r.find(s.name, plainScriptName, RefConcurrency)
+		rr := r.find(s.name, redisRateName, 1)
+		for _, ct := range s.contenders {
+			m, serial := r.find(s.name, ct.name, RefConcurrency), r.find(s.name, ct.name, 1)
+			if m == nil && serial == nil {
+				continue
+			}
+			cpu, vsPlain, p50, vsRR := "–", "–", "–", "–"
+			if m != nil {
+				cpu = fmt.Sprintf("%.1f", m.ClientCPUPerDecision())
+				if plain != nil && plain.ClientCPUPerDecision() > 0 && ct.name != plainScriptName {
+					vsPlain = times(m.ClientCPUPerDecision() / plain.ClientCPUPerDecision())
+				}
+			}
+			if serial != nil {
+				p50 = micros(serial.P50)
+				if rr != nil && rr.P50 > 0 && ct.name != redisRateName {
+					vsRR = times(serial.P50 / rr.P50)
+				}
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s |\n", s.title, name(ct), cpu, vsPlain, p50, vsRR)
+		}
+	}
+}
+
 func (r *Run) writeInProcess(b *strings.Builder) {
 	if len(r.InProcess) == 0 {
 		return
@@ -121,7 +207,7 @@ func (r *Run) writeMemory(b *strings.Builder) {
 }
 
 func (r *Run) writeAll(b *strings.Builder) {
-	b.WriteString("\n#### Every measurement\n\n| shape | contender | c | decisions/s | p50 | p99 | p999 | max | refused | errors |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("\n#### Every measurement\n\n| shape | contender | c | decisions/s | p50 | p99 | p999 | max | Redis µs per call | client CPU µs per decision | refused | errors |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, s := range r.shapes() {
 		for _, c := range r.Concurrency {
 			for _, ct := range s.contenders {
@@ -136,8 +222,9 @@ func (r *Run) writeAll(b *strings.Builder) {
 				if m.FirstError != "" {
 					errs += " (" + strings.ReplaceAll(m.FirstError, "|", "/") + ")"
 				}
-				fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n",
-					s.name, name(ct), c, rate(m.PerSecond), micros(m.P50), micros(m.P99), micros(m.P999), micros(m.Max), percent(m.RefusedShare()), errs)
+				fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %s | %.1f | %.1f | %s | %s |\n",
+					s.name, name(ct), c, rate(m.PerSecond), micros(m.P50), micros(m.P99), micros(m.P999), micros(m.Max),
+					m.MicrosPerCall(), m.ClientCPUPerDecision(), percent(m.RefusedShare()), errs)
 			}
 		}
 	}
@@ -154,9 +241,9 @@ func name(c contender) string {
 // rate formats decisions per second: 940, 74.2k, 1.25M.
 func rate(v float64) string {
 	switch {
-	case v >= 1e6:
+	case v >= 999_950:
 		return fmt.Sprintf("%.2fM", v/1e6)
-	case v >= 1e3:
+	case v >= 999.5: // 999.6 reads 1.0k, not 1000
 		return fmt.Sprintf("%.1fk", v/1e3)
 	}
 	return fmt.Sprintf("%.0f", v)

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,21 +14,41 @@ func sampleRun(ratio float64) *Run {
 	m := func(shape, contender string, sluice bool, c int, perSec, p99 float64) Measurement {
 		return Measurement{Shape: shape, ShapeTitle: shape, Contender: contender, Sluice: sluice, Concurrency: c,
 			Ops: 1000, Allowed: 1000, PerSecond: perSec, P50: p99 / 4, P99: p99, P999: p99 * 2, Max: p99 * 3,
-			ScriptCalls: 1000, ScriptMicros: 50_000}
+			ScriptCalls: 1000, ScriptMicros: 50_000, ClientCPU: 20_000}
+	}
+	// Redis time per call: sluice's store at FloorRatio / ratio × the
+	// floor's; client CPU per decision: at 1 / ratio × the plain script's.
+	withCalls := func(x Measurement, micros float64) Measurement {
+		x.ScriptMicros = int64(micros * float64(x.ScriptCalls))
+		return x
+	}
+	withCPU := func(x Measurement, perDecision float64) Measurement {
+		x.ClientCPU = perDecision * float64(x.Ops)
+		return x
 	}
 	hot := func(contender string, sluice bool, perSec float64, calls int64) Measurement {
 		x := m("hot", contender, sluice, 64, perSec, 100)
 		x.Hot, x.Allowed, x.Refused, x.ScriptCalls = true, 5, 995, calls
 		return x
 	}
+	http := &HTTPRun{TargetRate: 2000, Steps: []HTTPStep{
+		{Rate: 1000, Requests: 10_000, OK: 10_000, Seconds: 10, P99: 2000},
+		{Rate: 2000, Requests: 20_000, OK: 20_000, Seconds: 10, P99: 4000 / ratio},
+		{Rate: 4000, Requests: 40_000, OK: 40_000, Seconds: 10, P99: 9000},
+		{Rate: 8000, Requests: 60_000, OK: 60_000, Seconds: 10, P99: 30_000},
+	}}
 	return &Run{
+		HTTP:        http,
 		Concurrency: []int{1, 64},
 		Redis: []Measurement{
 			m("gcra-1", sluiceStore, true, 1, 10_000, 300),
 			m("gcra-1", redisRateName, false, 1, 10_000*ratio, 300),
 			m("gcra-1", redisRateName, false, 64, 40_000, 3000),
-			m("log-9", sluiceStore, true, 64, 30_000*ratio, 4000),
-			m("log-9", plainScriptName, false, 64, 15_000, 6000),
+			withCPU(withCalls(m("log-9", sluiceStore, true, 64, 30_000*ratio, 4000), 26/ratio), 20/ratio),
+			withCPU(m("log-9", plainScriptName, false, 64, 15_000, 6000), 20),
+			withCalls(m("log-9", floorName, false, 64, 20_000, 3000), 20),
+			m("log-9-large", sluiceStore, true, 64, 15_000*ratio, 4000),
+			m("log-9-large", plainScriptName, false, 64, 15_000, 6000),
 			m("gcra-9", sluiceStore, true, 64, 40_000*ratio, 3000),
 			m("gcra-9", redisRateName, false, 64, 40_000, 3000),
 			m("log-2", sluiceLimiter, true, 64, 48_000*ratio, 3000),
@@ -50,8 +71,8 @@ func TestTargetsMetAndMissed(t *testing.T) {
 		met   bool
 	}{{1, true}, {0.5, false}} {
 		targets := sampleRun(tc.ratio).Targets()
-		if len(targets) != 8 {
-			t.Fatalf("%d targets, want 8", len(targets))
+		if len(targets) != 12 {
+			t.Fatalf("%d targets, want 12", len(targets))
 		}
 		for _, tg := range targets {
 			if strings.HasPrefix(tg.Name, "HTTP middleware") {
@@ -87,7 +108,7 @@ func TestHotTargetNeedsRedisToSeeAlmostNothing(t *testing.T) {
 			m.ScriptCalls = m.Ops / 10
 		}
 	}
-	tg := r.Targets()[3]
+	tg := target(t, r, "1 hot key")
 	if tg.Met || !strings.Contains(tg.Miss, "Redis saw 10.0 %") {
 		t.Errorf("hot target with 10 %% of decisions reaching Redis: met %t, %q", tg.Met, tg.Miss)
 	}
@@ -120,5 +141,100 @@ func TestSpliceKeepsWhatIsOutsideTheMarkers(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(path); string(got) != "no markers\n" {
 		t.Errorf("a refused Splice changed the document: %q", got)
+	}
+}
+
+// target returns the run's target whose name starts with prefix.
+func target(t *testing.T, r *Run, prefix string) Target {
+	t.Helper()
+	for _, tg := range r.Targets() {
+		if strings.HasPrefix(tg.Name, prefix) {
+			return tg
+		}
+	}
+	t.Fatalf("no target %q", prefix)
+	return Target{}
+}
+
+func TestFloorTargetNamesEveryShapeOverTheRatio(t *testing.T) {
+	r := sampleRun(1)
+	tg := target(t, r, "Redis time per call")
+	if !tg.Met || !strings.Contains(tg.Got, "log-9 1.30× (26.0 vs 20.0 µs)") {
+		t.Errorf("sluice at 1.3× the floor: met %t, got %q", tg.Met, tg.Got)
+	}
+	// sampleRun's gcra-9 store takes 50 µs per call; its gcra-1 store,
+	// which the target does not read, as much.
+	r.Redis = append(r.Redis,
+		Measurement{Shape: "gcra-9", Contender: floorName, Concurrency: 64, ScriptCalls: 10, ScriptMicros: 250},
+		Measurement{Shape: "gcra-1", Contender: sluiceStore, Sluice: true, Concurrency: 64, ScriptCalls: 10, ScriptMicros: 500},
+		Measurement{Shape: "gcra-1", Contender: floorName, Concurrency: 64, ScriptCalls: 10, ScriptMicros: 50},
+	)
+	tg = target(t, r, "Redis time per call")
+	if tg.Met || tg.Miss != "gcra-9 2.00× over 1.30×" || !strings.HasPrefix(tg.Got, "gcra-9 2.00×") || strings.Contains(tg.Got, "gcra-1") {
+		t.Errorf("one shape at 2× the floor: met %t, got %q, miss %q", tg.Met, tg.Got, tg.Miss)
+	}
+}
+
+func TestHTTPHighestRateStopsAtTheFirstStepThatFails(t *testing.T) {
+	h := &HTTPRun{Steps: []HTTPStep{
+		{Rate: 4000, Requests: 40_000, OK: 40_000, Seconds: 10, P99: 3000},
+		{Rate: 1000, Requests: 10_000, OK: 10_000, Seconds: 10, P99: 1000},
+		{Rate: 2000, Requests: 20_000, OK: 19_990, Seconds: 10, P99: 1000, Errors: 10},
+	}}
+	if got := h.HighestRate(HTTPP99); got != 1000 {
+		t.Errorf("HighestRate with the 2000/s step answering 10 errors = %v, want 1000", got)
+	}
+	h.Steps[2].OK, h.Steps[2].Errors = 20_000, 0
+	if got := h.HighestRate(HTTPP99); got != 4000 {
+		t.Errorf("HighestRate = %v, want 4000", got)
+	}
+	h.Steps[0].Seconds = 12 // 40 000 answered in 12 s: 3.3k/s, not held
+	if got := h.HighestRate(HTTPRelaxedP99); got != 2000 {
+		t.Errorf("HighestRate with 4000/s not held = %v, want 2000", got)
+	}
+	h.Steps[1].Degraded = 1
+	if got, p := h.HighestRate(HTTPRelaxedP99), h.Steps[1].Problem(); got != 0 || !strings.Contains(p, "1 degraded") {
+		t.Errorf("HighestRate with a degraded decision at the lowest rate = %v (%q), want 0", got, p)
+	}
+}
+
+func TestHTTPChartDrawsEachQuantileWithinItsFrame(t *testing.T) {
+	r := sampleRun(1)
+	var b strings.Builder
+	if err := r.HTTPChart(&b); err != nil {
+		t.Fatal(err)
+	}
+	svg := b.String()
+	if n := strings.Count(svg, "<path "); n != 3 {
+		t.Fatalf("%d lines, want p50, p99 and p99.9", n)
+	}
+	for _, line := range strings.Split(svg, "\n") {
+		d, ok := strings.CutPrefix(line, `<path d="`)
+		if !ok {
+			continue
+		}
+		d, _, _ = strings.Cut(d, `"`)
+		points := strings.Fields(d)
+		if len(points) != len(r.HTTP.Steps) {
+			t.Errorf("a line of %d points for %d rates", len(points), len(r.HTTP.Steps))
+		}
+		for _, p := range points {
+			var x, y float64
+			if _, err := fmt.Sscanf(p[1:], "%f,%f", &x, &y); err != nil || x < padL || x > httpW-padR || y < headerH || y > httpH-padB {
+				t.Errorf("point %q outside the frame (%v)", p, err)
+			}
+		}
+	}
+}
+
+func TestHTTPTargetSaysHowFarTheRateHeld(t *testing.T) {
+	r := sampleRun(0.5)
+	tg := target(t, r, "HTTP load test")
+	if tg.Met || tg.Miss != "held up to 1.0k/s only; at 2.0k/s: p99 8.0 ms" {
+		t.Errorf("p99 of 8 ms at the target rate: met %t, miss %q", tg.Met, tg.Miss)
+	}
+	r.HTTP.TargetRate = 3000
+	if tg := target(t, r, "HTTP load test"); tg.Met || tg.Miss != "held up to 1.0k/s only; 3.0k/s was not driven" {
+		t.Errorf("a target rate not driven: met %t, miss %q", tg.Met, tg.Miss)
 	}
 }

@@ -39,6 +39,8 @@ type Run struct {
 	// InProcessRounds is how many times each in-process benchmark ran; the
 	// median round is kept.
 	InProcessRounds int `json:"in_process_rounds,omitempty"`
+	// HTTP is the HTTP load test of the demo, when it ran.
+	HTTP *HTTPRun `json:"http,omitempty"`
 	// Notes are remarks the run adds to the report (e.g. a benchmark that
 	// could not run and why).
 	Notes []string `json:"notes,omitempty"`
@@ -68,6 +70,8 @@ type Measurement struct {
 	Contender   string `json:"contender"`
 	Sluice      bool   `json:"sluice"`
 	Concurrency int    `json:"concurrency"`
+	// Population is the number of clients the measurement cycled through.
+	Population int `json:"population,omitempty"`
 	// Rounds is how many rounds ran; FailedRounds how many of them saw an
 	// error and were set aside (FirstError then says why). The
 	// measurement is the median of the others.

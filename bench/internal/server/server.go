@@ -106,13 +106,19 @@ type Stats struct {
 // scriptCommands are the commandstats entries of top-level script calls.
 var scriptCommands = map[string]bool{"eval": true, "evalsha": true, "eval_ro": true, "evalsha_ro": true, "fcall": true, "fcall_ro": true}
 
-// insideScripts are the commands sluice's and the peers' scripts run:
-// counted by commandstats as well, so they are left out of Calls. A client
-// sends none of them directly here.
+// insideScripts are the commands sluice's, the floor's and the peers'
+// scripts run (or may run: a script version reading another encoding or
+// checking a key's type): commandstats counts them as well as the script
+// call, so they are left out of Calls. A client sends none of them
+// directly here.
 var insideScripts = map[string]bool{
 	"get": true, "set": true, "time": true, "zadd": true, "zcard": true, "zrange": true,
 	"zremrangebyscore": true, "pexpire": true, "expire": true, "del": true, "incrby": true,
 	"zrangebyscore": true, "setex": true, "psetex": true, "mget": true,
+	"exists": true, "zcount": true, "type": true, "pttl": true, "ttl": true, "unlink": true,
+	"zscore": true, "zrem": true, "zrevrange": true, "zrevrangebyscore": true, "zpopmin": true,
+	"hget": true, "hmget": true, "hset": true, "hdel": true, "hgetall": true, "hincrby": true,
+	"strlen": true, "getrange": true, "append": true, "pexpireat": true, "persist": true,
 }
 
 // Snapshot reads the statistics since the last ResetStats, the memory in

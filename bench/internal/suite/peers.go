@@ -65,7 +65,11 @@ func plainScript(sets keyset) Contender {
 			return nil, nil, err
 		}
 		client, script := st.Client(), rueidis.NewLuaScript(plainLua)
-		all := sets(env.Population)
+		all, err := sets(env)
+		if err != nil {
+			st.Close()
+			return nil, nil, err
+		}
 		keys := make([][]string, len(all))
 		windows := make([][]string, len(all)) // limit, period (ms) per key
 		for i, set := range all {

@@ -41,8 +41,14 @@ type Identity struct {
 	// One is the ip's burst key (no tenant: tagged by the ip's pseudonym);
 	// Dual ADR-002's rl:{tenant} and rl:{tenant}:user:{user}; Nine four
 	// dimensions × burst and sustained, then the tenant-global window.
-	One, Dual, Nine []string
+	// BigTenant is Nine for the same ip, user and api key in BigTenant, the
+	// one tenant every client of the large-log shape belongs to, so that
+	// its tenant and tenant-global windows take every decision.
+	One, Dual, Nine, BigTenant []string
 }
+
+// BigTenant is the tenant of every client in the large-log shape.
+const BigTenant = "tenant-big"
 
 // Population is the set of clients a run cycles through, plus the hot
 // client every worker of the hot-key shape sends.
@@ -93,21 +99,27 @@ func newIdentity(ps *domain.Pseudonymiser, i int) Identity {
 		domain.DimensionAPIKey: ps.Pseudonymise(domain.DimensionAPIKey, id.APIKey),
 		domain.DimensionTenant: ps.Pseudonymise(domain.DimensionTenant, id.Tenant),
 	}
-	pid[domain.DimensionTenantGlobal] = pid[domain.DimensionTenant]
 	key := func(tag string, d domain.Dimension, window string) string {
-		rk := routeKey
+		rk, id := routeKey, pid[d]
 		if d == domain.DimensionTenantGlobal {
-			rk = domain.GlobalRouteKey
+			rk, id = domain.GlobalRouteKey, tag
+		} else if d == domain.DimensionTenant {
+			id = tag
 		}
-		return domain.KeyParts{Tag: tag, Dimension: d, ID: pid[d], RouteKey: rk, Window: window}.Key()
+		return domain.KeyParts{Tag: tag, Dimension: d, ID: id, RouteKey: rk, Window: window}.Key()
+	}
+	nine := func(tenant string) []string {
+		var keys []string
+		for _, d := range []domain.Dimension{domain.DimensionIP, domain.DimensionUser, domain.DimensionAPIKey, domain.DimensionTenant} {
+			keys = append(keys, key(tenant, d, domain.WindowBurst), key(tenant, d, domain.WindowSustained))
+		}
+		return append(keys, key(tenant, domain.DimensionTenantGlobal, domain.WindowSustained))
 	}
 	id.One = []string{key(pid[domain.DimensionIP], domain.DimensionIP, domain.WindowBurst)}
 	tenant := pid[domain.DimensionTenant]
 	id.Dual = []string{domain.TenantKey(tenant), domain.TenantUserKey(tenant, pid[domain.DimensionUser])}
-	for _, d := range []domain.Dimension{domain.DimensionIP, domain.DimensionUser, domain.DimensionAPIKey, domain.DimensionTenant} {
-		id.Nine = append(id.Nine, key(tenant, d, domain.WindowBurst), key(tenant, d, domain.WindowSustained))
-	}
-	id.Nine = append(id.Nine, key(tenant, domain.DimensionTenantGlobal, domain.WindowSustained))
+	id.Nine = nine(tenant)
+	id.BigTenant = nine(ps.Pseudonymise(domain.DimensionTenant, BigTenant))
 	return id
 }
 

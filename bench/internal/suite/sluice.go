@@ -27,7 +27,11 @@ func sluiceStore(sets keyset) Contender {
 		if err != nil {
 			return nil, nil, err
 		}
-		all := sets(env.Population)
+		all, err := sets(env)
+		if err != nil {
+			st.Close()
+			return nil, nil, err
+		}
 		worker := func(w, c int) load.Op {
 			cur := NewCursor(w, c, len(all))
 			return func(ctx context.Context) (load.Outcome, error) {
@@ -50,6 +54,9 @@ const (
 	routeHot  = "GET /bench/hot"
 	routeNine = "GET /bench/nine"
 )
+
+// benchConfig is limiterConfig, for sluiceLimiter.
+func benchConfig(*Env) (app.Config, error) { return limiterConfig(), nil }
 
 // limiterConfig has one profile per shape the Limiter serves, and the
 // ADR-002 façade, all on the shapes' windows.
@@ -98,13 +105,17 @@ func dualRequest(ctx context.Context, l *app.Limiter, id *Identity) (domain.Deci
 	return l.DecideDual(ctx, id.Tenant, int(burstLog.Limit), id.User, int(burstLog.Limit))
 }
 
-// sluiceLimiter is the whole decision pipeline, app.Limiter, on sluice's
-// Redis store: context checks, profile, pseudonyms, keys, the refusal
-// cache, the store call, the decision and its recording (to a Recorder
-// that discards it, so that no exporter is measured).
+// sluiceLimiter is the whole decision pipeline, app.Limiter configured
+// by cfg, on sluice's Redis store: context checks, profile, pseudonyms,
+// keys, the refusal cache, the store call, the decision and its recording
+// (to a Recorder that discards it, so that no exporter is measured).
 // With hot, every request comes from the population's hot client.
-func sluiceLimiter(req decide, hot bool) Contender {
+func sluiceLimiter(cfg func(*Env) (app.Config, error), req decide, hot bool) Contender {
 	return Contender{Name: "sluice Limiter", Sluice: true, Open: func(_ context.Context, env *Env, _ int) (load.Worker, func() error, error) {
+		config, err := cfg(env)
+		if err != nil {
+			return nil, nil, err
+		}
 		st, err := newStore(env)
 		if err != nil {
 			return nil, nil, err
@@ -114,7 +125,7 @@ func sluiceLimiter(req decide, hot bool) Contender {
 			st.Close()
 			return nil, nil, err
 		}
-		l, err := app.New(limiterConfig(), app.Deps{Store: st, Fallback: fallback, Recorder: recordertest.Discard{}})
+		l, err := app.New(config, app.Deps{Store: st, Fallback: fallback, Recorder: recordertest.Discard{}})
 		if err != nil {
 			st.Close()
 			fallback.Close()

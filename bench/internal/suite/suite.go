@@ -15,6 +15,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/bench/internal/load"
 	"github.com/sluicehq/sluice/domain"
 )
@@ -34,6 +35,9 @@ type Env struct {
 	// script share rueidis' defaults: a few pipelined connections, however
 	// many workers.
 	GoRedisPool int
+	// DemoConfig is the demo's configuration file (DemoConfigPath), which
+	// the demo shape reads its profile from.
+	DemoConfig []byte
 }
 
 // Contender is one implementation of a shape.
@@ -60,11 +64,16 @@ type Shape struct {
 	// Keys is the number of keys one decision checks.
 	Keys int
 	// Hot marks the hot-key shape, the one whose requests are refused.
-	Hot        bool
+	Hot bool
+	// Population, when positive, is the number of clients this shape
+	// cycles through instead of the run's (see DemoPopulation; sluicebench's
+	// -demo-population sets another).
+	Population int
 	Contenders []Contender
 }
 
-// Shapes returns every shape, in report order.
+// Shapes returns every shape, in report order. The floor script comes
+// last in each: the ratios of the summary are to a shape's first peer.
 func Shapes() []Shape {
 	one := perClient(func(id *Identity) []string { return id.One }, burstLog)
 	oneGCRA := perClient(func(id *Identity) []string { return id.One }, burstGCRA)
@@ -72,44 +81,56 @@ func Shapes() []Shape {
 	dualGCRA := perClient(func(id *Identity) []string { return id.Dual }, burstGCRA)
 	nine := perClient(func(id *Identity) []string { return id.Nine }, nineWindows(burstLog, sustainedLog)...)
 	nineGCRA := perClient(func(id *Identity) []string { return id.Nine }, nineWindows(burstGCRA, sustainedGCR)...)
-	hot := func(p *Population) [][]domain.Limit { return [][]domain.Limit{limits(p.Hot.One, hotWindow)} }
+	large := perClient(func(id *Identity) []string { return id.BigTenant }, largeWindows()...)
+	hot := func(env *Env) ([][]domain.Limit, error) {
+		return [][]domain.Limit{limits(env.Population.Hot.One, hotWindow)}, nil
+	}
+	demoConfig := func(env *Env) (app.Config, error) { return DemoConfig(env.DemoConfig) }
+	demo := limiterLimits(demoConfig, demoRequest)
 	return []Shape{
 		{Name: "gcra-1", Title: "1 key, GCRA", Keys: 1, Contenders: []Contender{
-			sluiceStore(oneGCRA), redisRate(false),
+			sluiceStore(oneGCRA), redisRate(false), floorScript(oneGCRA, true),
 		}},
 		{Name: "log-1", Title: "1 key, sliding log", Keys: 1, Contenders: []Contender{
-			sluiceStore(one), plainScript(one), redisRate(false),
+			sluiceStore(one), plainScript(one), redisRate(false), floorScript(one, true),
 		}},
 		{Name: "hot", Title: "1 hot key, GCRA, > 99 % refused", Keys: 1, Hot: true, Contenders: []Contender{
-			sluiceLimiter(hotRequest, true), sluiceStore(hot), redisRate(true),
+			sluiceLimiter(benchConfig, hotRequest, true), sluiceStore(hot), redisRate(true), floorScript(hot, false),
 		}},
 		{Name: "log-2", Title: "2 keys, sliding log (AllowDual)", Keys: 2, Contenders: []Contender{
-			sluiceLimiter(dualRequest, false), sluiceStore(dual), plainScript(dual), redisRate(false),
+			sluiceLimiter(benchConfig, dualRequest, false), sluiceStore(dual), plainScript(dual), redisRate(false), floorScript(dual, true),
 		}},
 		{Name: "gcra-2", Title: "2 keys, GCRA", Keys: 2, Contenders: []Contender{
-			sluiceStore(dualGCRA), plainScript(dual), redisRate(false),
+			sluiceStore(dualGCRA), plainScript(dual), redisRate(false), floorScript(dualGCRA, true),
 		}},
 		{Name: "log-9", Title: "9 keys, sliding log", Keys: 9, Contenders: []Contender{
-			sluiceLimiter(nineRequest, false), sluiceStore(nine), plainScript(nine),
+			sluiceLimiter(benchConfig, nineRequest, false), sluiceStore(nine), plainScript(nine), floorScript(nine, true),
 		}},
 		{Name: "gcra-9", Title: "9 keys, GCRA", Keys: 9, Contenders: []Contender{
-			sluiceStore(nineGCRA), plainScript(nine), redisRate(false),
+			sluiceStore(nineGCRA), plainScript(nine), redisRate(false), floorScript(nineGCRA, true),
+		}},
+		{Name: "log-9-large", Title: "9 keys, sliding log above the compact bound (ZSETs), one big tenant", Keys: 9, Contenders: []Contender{
+			sluiceStore(large), plainScript(large), floorScript(large, true),
+		}},
+		{Name: "demo", Title: "the demo's search profile (6 windows, both algorithms)", Keys: 6, Population: DemoPopulation, Contenders: []Contender{
+			sluiceLimiter(demoConfig, demoRequest, false), sluiceStore(demo), plainScript(demo), floorScript(demo, true),
 		}},
 	}
 }
 
 // keyset builds one request's limits per client.
-type keyset func(p *Population) [][]domain.Limit
+type keyset func(env *Env) ([][]domain.Limit, error)
 
 // perClient is the keyset of the keys pick chooses, under windows (see
 // limits).
 func perClient(pick func(*Identity) []string, windows ...domain.Window) keyset {
-	return func(p *Population) [][]domain.Limit {
+	return func(env *Env) ([][]domain.Limit, error) {
+		p := env.Population
 		out := make([][]domain.Limit, len(p.Clients))
 		for i := range p.Clients {
 			out[i] = limits(pick(&p.Clients[i]), windows...)
 		}
-		return out
+		return out, nil
 	}
 }
 
@@ -118,4 +139,20 @@ func perClient(pick func(*Identity) []string, windows ...domain.Window) keyset {
 // window.
 func nineWindows(burst, sustained domain.Window) []domain.Window {
 	return []domain.Window{burst, sustained, burst, sustained, burst, sustained, burst, sustained, sustained}
+}
+
+// largeWindows are the windows of the large-log shape, in
+// Identity.BigTenant's order: every limit above the compact bound, so
+// that every key is a ZSET. The client's own keys (ip, user, api key) see
+// a few units a second; the big tenant's three take every decision, so
+// their logs hold one or two seconds' decisions (tens of thousands of
+// members) and, past the first two seconds of a measurement, lose about
+// one unit per call. Their limits (the largest a
+// sliding log may have) are not reached below 50 000 decisions a second.
+func largeWindows() []domain.Window {
+	burst := domain.Window{Name: domain.WindowBurst, Limit: 2_000, Period: time.Second, Algorithm: domain.SlidingLog}
+	sustained := domain.Window{Name: domain.WindowSustained, Limit: 20_000, Period: 10 * time.Second, Algorithm: domain.SlidingLog}
+	tenantBurst := domain.Window{Name: domain.WindowBurst, Limit: domain.MaxSlidingLogLimit, Period: time.Second, Algorithm: domain.SlidingLog}
+	tenantSustained := domain.Window{Name: domain.WindowSustained, Limit: domain.MaxSlidingLogLimit, Period: 2 * time.Second, Algorithm: domain.SlidingLog}
+	return []domain.Window{burst, sustained, burst, sustained, burst, sustained, tenantBurst, tenantSustained, tenantSustained}
 }
