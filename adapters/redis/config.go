@@ -34,15 +34,21 @@ const DefaultMinTTL = time.Second
 const CompactLogMaxLimit = 1024
 
 // DefaultGrace is how far out of order (earlier than the latest instant a
-// key has seen) a caller's now may be while a sliding log still counts
-// every unit inside the caller's own window, when Config.Grace is zero.
-// 250 ms covers a now read before a call that waited in a queue (the
-// store deadline is 50 ms) and the clock skew of hosts kept by NTP, which
-// is what puts instants out of order: with ServerTime a failover to a
-// node whose clock is behind, with CallerTime callers' clocks. It costs a
-// log the units of one more grace (of its period, for a window shorter
-// than the grace: the grace of a window is min(grace, period)), and that
-// much more Redis time. See docs/adr/009-stored-state-and-script-v3.md.
+// key has seen) a caller's now may be, under CallerTime, while a sliding
+// log still counts every unit inside the caller's own window, when
+// Config.Grace is zero. 250 ms covers a now read before a call that waited
+// in a queue (the store deadline is 50 ms) and the clock skew of hosts kept
+// by NTP. It costs a log the units of one more grace (of its period, for a
+// window shorter than the grace: the grace of a window is min(grace,
+// period)), and that much more Redis time.
+//
+// Under ServerTime (the default) the script reads the instant from Redis'
+// own clock inside the atomic call, so calls cannot reach a key out of
+// order: the default grace there is none. Only a failover to a node whose
+// clock is behind, or a step of the server's clock, can put instants out
+// of order, and a failover already costs counts (docs/runbook.md); set
+// Grace to cover it if that matters more than the Redis time. See
+// docs/adr/009-stored-state-and-script-v3.md.
 const DefaultGrace = 250 * time.Millisecond
 
 // StateFormat says which stored encodings the Redis store writes, for a
@@ -213,7 +219,8 @@ type Config struct {
 	// docs/adr/009-stored-state-and-script-v3.md): a log forgets a unit
 	// only once it is older than the latest instant the key has seen
 	// minus the period minus min(Grace, period), and keeps its key that
-	// much longer. 0 means DefaultGrace; a negative value means none.
+	// much longer. 0 means the default: DefaultGrace under CallerTime,
+	// none under ServerTime; a negative value means none.
 	Grace time.Duration
 	// Format says which stored encodings the store writes: v3's (the
 	// default) or, while rate_limit_v2 instances share the keys, only what
@@ -301,10 +308,10 @@ func (c Config) timeout() time.Duration {
 }
 
 // graceMicros returns Grace or its default, in whole microseconds (0 for
-// a negative Grace).
+// a negative Grace, and by default under ServerTime: see DefaultGrace).
 func (c Config) graceMicros() int64 {
 	switch {
-	case c.Grace < 0:
+	case c.Grace < 0, c.Grace == 0 && c.Time != CallerTime:
 		return 0
 	case c.Grace == 0:
 		return DefaultGrace.Microseconds()

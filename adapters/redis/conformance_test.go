@@ -20,6 +20,10 @@ import (
 //   - ServerTime, the default, runs every case that holds on the server's
 //     clock; the suite logs the scripted ones it leaves out.
 //
+// Each declares the grace its Config gives sliding logs for instants out of
+// order: DefaultGrace under CallerTime, none under ServerTime (the script
+// reads the instant itself, so calls cannot reach a key out of order).
+//
 // Stores made from one Config share the server's state, as the instances
 // of a fleet do: Shared.
 func TestConformance(t *testing.T) {
@@ -35,7 +39,7 @@ func TestConformance(t *testing.T) {
 				cfg      redis.Config
 				features conformance.Features
 			}{
-				{"CallerTime", caller, conformance.Features{Shared: true}},
+				{"CallerTime", caller, conformance.Features{Shared: true, Grace: redis.DefaultGrace}},
 				{"ServerTime", server, conformance.Features{ServerTime: true, Shared: true}},
 			} {
 				t.Run(run.name, func(t *testing.T) {
