@@ -166,6 +166,7 @@ func (l *Limiter) DecideDual(ctx context.Context, tenantKey string, tenantLimit 
 	defer putEvaluation(ev)
 	l.begin(ev)
 	ev.d.Profile, ev.d.Family = DefaultFacadeProfile, l.facade.family
+	ev.exactLayers = userKey != ""
 	inputErr := l.buildFacadeKeys(ev, tenantKey, tenantLimit, userKey, userLimit)
 	if inputErr != nil {
 		ev.reject(inputErr)

@@ -69,6 +69,9 @@ type Limiter struct {
 	pseudo   *domain.Pseudonymiser
 	names    *pseudonymCache
 	refusals *refusalCache
+	// coalesce joins concurrent decisions on one key set into one store
+	// call; nil when the store cannot decide repeated requests.
+	coalesce *coalescer
 	// tenantPlans and keyPlans map pseudonyms to plans.
 	tenantPlans, keyPlans map[string]*plan
 
@@ -138,7 +141,7 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 		profiles:  profiles,
 		pseudo:    pseudo,
 		names:     newPseudonymCache(pseudo, cfg.PseudonymCacheSize),
-		refusals:  newRefusalCache(cfg.RefusalCacheSize),
+		refusals:  newRefusalCache(cfg.RefusalCacheSize, cfg.RefusalCacheTTL),
 		store:     deps.Store,
 		fallback:  deps.Fallback,
 		clock:     deps.Clock,
@@ -150,6 +153,7 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 		afterTick: afterTick,
 	}
 	l.tracer, _ = deps.Recorder.(ports.DecisionTracer)
+	l.coalesce = newCoalescer(l, deps.Store)
 	l.tenantPlans, l.keyPlans = l.assignPlans()
 	if l.clock == nil {
 		l.clock = ports.SystemClock{}
@@ -236,6 +240,15 @@ type evaluation struct {
 	latency  time.Duration
 	err      error
 	transErr error
+	// madeCall is set when this decision made the primary store call it
+	// was decided by (alone, or leading a coalesced batch): only that
+	// decision counts the call's failure against the store.
+	madeCall bool
+	// coIndex is the decision's place in a coalesced batch.
+	coIndex int
+	// exactLayers is set when the caller reads every layer's remaining
+	// (the ADR-002 dual façade): the refusal cache cannot repeat those.
+	exactLayers bool
 }
 
 // evaluations recycles evaluations: their limits go to a store through an
@@ -404,12 +417,13 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 		l.degraded(ctx, ev, domain.CauseBreakerOpen, nil)
 		return
 	}
-	res, start, err := l.callStore(ctx, ev, ports.OpEvaluate)
+	gen := l.refusals.generation()
+	res, err := l.evaluateStore(ctx, ev)
 	if err == nil {
 		l.failures.Store(0)
 		l.fromResult(ev, &res, domain.SourcePrimary)
 		if !res.Allowed {
-			l.refusals.remember(ev, start.Add(res.RetryAfter))
+			l.refusals.remember(ev, &res, gen)
 		}
 		return
 	}
@@ -424,11 +438,23 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 	if errors.Is(err, domain.ErrStoreTimeout) {
 		cause = domain.CauseStoreTimeout
 	}
-	// A caller that gave up is not the store's failure.
-	if ctx.Err() == nil {
+	// A caller that gave up is not the store's failure, nor is a decision
+	// that only waited for another's call (docs/adr/007).
+	if ctx.Err() == nil && ev.madeCall {
 		ev.transErr = l.inBandFailure(ctx)
 	}
 	l.degraded(ctx, ev, cause, err)
+}
+
+// evaluateStore decides ev on the primary store: coalesced with the
+// concurrent decisions on its key set when the store can decide repeated
+// requests (docs/adr/007), else in a call of its own.
+func (l *Limiter) evaluateStore(ctx context.Context, ev *evaluation) (domain.Result, error) {
+	if l.coalesce != nil {
+		return l.coalesce.evaluate(ctx, ev)
+	}
+	res, _, err := l.callStore(ctx, ev, ports.OpEvaluate)
+	return res, err
 }
 
 // callStore calls the primary store under the one store deadline and
@@ -447,6 +473,7 @@ func (l *Limiter) callStore(ctx context.Context, ev *evaluation, op ports.StoreO
 	}
 	ev.latency = l.clock.Now().Sub(start)
 	cancel()
+	ev.madeCall = true
 	err = classify(err)
 	l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: op, Start: start, Latency: ev.latency, Keys: ev.n, Err: err})
 	return res, start, err
