@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
 
 	"github.com/sluicehq/sluice/domain"
@@ -173,7 +172,7 @@ func (l *Limiter) DecideDual(ctx context.Context, tenantKey string, tenantLimit 
 	} else {
 		l.run(ctx, ev)
 	}
-	return ev.d, errors.Join(inputErr, l.record(ctx, ev, netip.Addr{}, ""))
+	return ev.d, errors.Join(inputErr, l.record(ctx, ev, &Request{}))
 }
 
 // buildFacadeKeys builds ADR-002's keys with pseudonymised ids: the

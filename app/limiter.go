@@ -53,6 +53,12 @@ type Request struct {
 	User, Tenant, APIKey string
 	// Cost is the units this request consumes; 0 means the profile's cost.
 	Cost int64
+	// Method and Path are the request as received (the HTTP method and
+	// the URL's path, no query), when the entry point knows them. They
+	// reach the security-audit record of a request whose route is invalid
+	// or unknown, so that an operator sees what was asked for; never a
+	// key, a metric label or the application log.
+	Method, Path string
 }
 
 // Limiter is the decision pipeline (docs/adr/005): it validates a
@@ -334,7 +340,7 @@ func (l *Limiter) Evaluate(ctx context.Context, req Request) (domain.Decision, e
 	} else {
 		l.run(ctx, ev)
 	}
-	return ev.d, l.record(ctx, ev, req.ClientIP, req.Route)
+	return ev.d, l.record(ctx, ev, &req)
 }
 
 func (l *Limiter) startDecision(ctx context.Context) context.Context {
@@ -346,12 +352,14 @@ func (l *Limiter) startDecision(ctx context.Context) context.Context {
 
 // record hands the decision to the Recorder and returns what failed to be
 // recorded, if anything.
-func (l *Limiter) record(ctx context.Context, ev *evaluation, ip netip.Addr, route string) error {
+func (l *Limiter) record(ctx context.Context, ev *evaluation, req *Request) error {
 	err := l.rec.RecordDecision(ctx, ports.DecisionRecord{
 		Decision:     ev.d,
 		TenantID:     ev.tenantID,
-		ClientIP:     ip,
-		Route:        route,
+		ClientIP:     req.ClientIP,
+		Route:        req.Route,
+		Method:       req.Method,
+		Path:         req.Path,
 		StoreLatency: ev.latency,
 		Err:          ev.err,
 	})
