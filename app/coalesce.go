@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/domain"
@@ -19,19 +20,22 @@ import (
 //   - a decision that finds no call in flight for its key set calls the
 //     store at once, alone: nobody waits for company;
 //   - the decisions that arrive meanwhile queue, in arrival order, for the
-//     next call; when the call in flight returns, the first of them (the
-//     leader) makes one EvaluateRepeated call for all of them, and the
-//     decisions that arrive during that one queue for the next, and so on;
+//     next call; when the call in flight returns, one EvaluateRepeated call
+//     decides all of them, and the decisions that arrive during that one
+//     queue for the next, and so on;
 //   - each member gets its own Result (domain.Repeated.For): the store
 //     admits them in arrival order, all or nothing each, exactly as that
 //     many sequential calls would;
-//   - no member waits past its own store deadline: one that is still
-//     queued when its deadline passes, or whose caller gives up, leaves
-//     with its own timeout or cancellation and is not counted; the group
-//     call runs under the leader's store deadline (the earliest, since the
-//     leader arrived first) and is not cancelled by any one caller; its
-//     error reaches every member, and only the leader counts it against
-//     the store.
+//   - no member waits past its own store deadline: one whose deadline
+//     passes, or whose caller gives up, leaves with its own timeout or
+//     cancellation. Before its batch is sent it is not counted; after, its
+//     units are counted as a lone call's are when it times out after
+//     reaching the store. The group call is made by a goroutine of its own
+//     under the latest member's deadline, so that a member that arrived
+//     early (and waited longest behind the call in flight) takes no time
+//     from those that arrived later, and no caller's cancellation cancels
+//     the others' call. Its error reaches every member still waiting, and
+//     is counted against the store once.
 //
 // Key sets are found by a 64-bit fingerprint under a per-process random
 // seed, confirmed by the first key and the number of keys.
@@ -63,21 +67,28 @@ type flight struct {
 }
 
 // batch is the decisions that join one store call. Its fields up to
-// launched are guarded by the shard's lock; start closes when the batch
-// is launched, done when its call has returned.
+// start are guarded by the shard's lock and fixed at launch; start closes
+// at launch, done once the call has returned and rep and err are set.
 type batch struct {
 	members []*evaluation // in arrival order; nil where one left
 	present int
-	// Set at launch, under the lock.
+	// ctx carries the first member's context values (a trace), without
+	// its cancellation.
+	ctx context.Context
+	// Set at launch.
 	launched bool
-	leader   *evaluation
 	n        int
 	now      time.Time
+	deadline time.Time
+	limits   [domain.MaxLimits]domain.Limit
+	nlimits  int
 	start    chan struct{}
-	// Set by the leader before done closes.
+	// Set by the call before done closes.
 	done chan struct{}
 	rep  domain.Repeated
 	err  error
+	// counted is taken by the one member that counts the call's outcome.
+	counted atomic.Bool
 }
 
 // newCoalescer returns a coalescer for store, or nil when store cannot
@@ -119,23 +130,28 @@ func (c *coalescer) evaluate(ctx context.Context, ev *evaluation) (domain.Result
 	}
 	b := f.next
 	if b == nil {
-		b = &batch{start: make(chan struct{}), done: make(chan struct{})}
+		b = &batch{ctx: context.WithoutCancel(ctx), start: make(chan struct{}), done: make(chan struct{})}
 		f.next = b
 		sh.sets[fp] = f
+	}
+	// The member's own store deadline, on the clock contexts use.
+	ev.coDeadline = time.Now().Add(c.l.cfg.StoreTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(ev.coDeadline) {
+		ev.coDeadline = d
 	}
 	ev.coIndex = len(b.members)
 	b.members = append(b.members, ev)
 	b.present++
 	sh.mu.Unlock()
-	return c.wait(ctx, ev, sh, fp, b)
+	return c.wait(ctx, ev, sh, b)
 }
 
-// wait is a queued member's part: leave at its own deadline if the batch
-// has not started, make the call if it leads, else wait for the call.
-func (c *coalescer) wait(ctx context.Context, ev *evaluation, sh *coalesceShard, fp uint64, b *batch) (domain.Result, error) {
+// wait is a queued member's part: leave at its own deadline, or take its
+// own Result from the batch's answer.
+func (c *coalescer) wait(ctx context.Context, ev *evaluation, sh *coalesceShard, b *batch) (domain.Result, error) {
 	l := c.l
 	start := l.clock.Now()
-	sctx, cancel := context.WithTimeout(ctx, l.cfg.StoreTimeout)
+	sctx, cancel := context.WithDeadline(ctx, ev.coDeadline)
 	defer cancel()
 	select {
 	case <-b.start:
@@ -149,20 +165,17 @@ func (c *coalescer) wait(ctx context.Context, ev *evaluation, sh *coalesceShard,
 		ev.latency = l.clock.Now().Sub(start)
 		return domain.Result{}, leftQueue(sctx.Err())
 	}
-	leader, idx := b.leader == ev, ev.coIndex
+	idx := ev.coIndex
 	sh.mu.Unlock()
 	ev.now = b.now
-	if leader {
-		c.call(ctx, ev, sh, fp, b, sctx)
-	} else {
-		select {
-		case <-b.done:
-		case <-sctx.Done():
-			ev.latency = l.clock.Now().Sub(start)
-			return domain.Result{}, leftQueue(sctx.Err())
-		}
+	select {
+	case <-b.done:
+	case <-sctx.Done():
+		ev.latency = l.clock.Now().Sub(start)
+		return domain.Result{}, leftQueue(sctx.Err())
 	}
 	ev.latency = l.clock.Now().Sub(start)
+	ev.madeCall = b.counted.CompareAndSwap(false, true)
 	if b.err != nil {
 		return domain.Result{}, b.err
 	}
@@ -179,21 +192,17 @@ func leftQueue(err error) error {
 	return fmt.Errorf("queued behind the key set's call in flight: %w", err)
 }
 
-// call makes the batch's store call, publishes its answer to every member
-// and hands the key set on to the next batch. The call keeps the leader's
-// context values (a trace) but not its cancellation, which is the leader's
-// own business; its deadline is the leader's store deadline (sctx's), the
-// earliest of the batch.
-func (c *coalescer) call(ctx context.Context, ev *evaluation, sh *coalesceShard, fp uint64, b *batch, sctx context.Context) {
+// call makes the batch's store call under the latest member's deadline,
+// publishes its answer and hands the key set on to the next batch.
+func (c *coalescer) call(sh *coalesceShard, fp uint64, b *batch) {
 	l := c.l
-	deadline, _ := sctx.Deadline()
-	cctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
-	limits := ev.limits[:ev.n]
+	cctx, cancel := context.WithDeadline(b.ctx, b.deadline)
+	limits := b.limits[:b.nlimits]
 	start := l.clock.Now()
 	var err error
 	if b.n == 1 {
 		var res domain.Result
-		res, err = l.store.Evaluate(cctx, ev.now, limits)
+		res, err = l.store.Evaluate(cctx, b.now, limits)
 		b.rep = domain.Repeated{N: 1}
 		if res.Allowed {
 			b.rep.Admitted, b.rep.Last = 1, res
@@ -201,21 +210,20 @@ func (c *coalescer) call(ctx context.Context, ev *evaluation, sh *coalesceShard,
 			b.rep.Refused = res
 		}
 	} else {
-		b.rep, err = c.rep.EvaluateRepeated(cctx, ev.now, limits, b.n)
+		b.rep, err = c.rep.EvaluateRepeated(cctx, b.now, limits, b.n)
 	}
 	latency := l.clock.Now().Sub(start)
 	cancel()
 	b.err = classify(err)
-	ev.madeCall = true
 	close(b.done)
 	c.handOff(sh, fp)
-	l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: ports.OpEvaluate, Start: start, Latency: latency, Keys: ev.n, Err: b.err})
+	l.rec.RecordStoreCall(b.ctx, ports.StoreCall{Op: ports.OpEvaluate, Start: start, Latency: latency, Keys: b.nlimits, Err: b.err})
 }
 
 // handOff is called when a key set's call has returned: it launches the
-// batch that queued meanwhile (its members in arrival order, the first
-// present one leading, all decided at one instant: the latest of their
-// own instants and the clock's), or forgets the key set when none did.
+// batch that queued meanwhile (its members in arrival order, all decided
+// at one instant: the latest of their own instants and the clock's), or
+// forgets the key set when none did.
 func (c *coalescer) handOff(sh *coalesceShard, fp uint64) {
 	sh.mu.Lock()
 	f := sh.sets[fp]
@@ -234,15 +242,21 @@ func (c *coalescer) handOff(sh *coalesceShard, fp uint64) {
 			continue
 		}
 		if b.n == 0 {
-			b.leader = m
+			// The limits are copied: a member that leaves returns its
+			// evaluation to the pool while the call may still run.
+			b.nlimits = copy(b.limits[:], m.limits[:m.n])
 		}
 		m.coIndex = b.n
 		b.n++
 		if m.now.After(b.now) {
 			b.now = m.now
 		}
+		if m.coDeadline.After(b.deadline) {
+			b.deadline = m.coDeadline
+		}
 	}
 	b.members = nil
 	sh.mu.Unlock()
 	close(b.start)
+	go c.call(sh, fp, b)
 }

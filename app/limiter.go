@@ -246,12 +246,14 @@ type evaluation struct {
 	latency  time.Duration
 	err      error
 	transErr error
-	// madeCall is set when this decision made the primary store call it
-	// was decided by (alone, or leading a coalesced batch): only that
-	// decision counts the call's failure against the store.
+	// madeCall is set when this decision counts the outcome of the
+	// primary store call it was decided by: the call it made alone, or
+	// the one member of a coalesced batch that takes it (docs/adr/007).
 	madeCall bool
-	// coIndex is the decision's place in a coalesced batch.
-	coIndex int
+	// coIndex is the decision's place in a coalesced batch, and
+	// coDeadline its own store deadline there.
+	coIndex    int
+	coDeadline time.Time
 	// exactLayers is set when the caller reads every layer's remaining
 	// (the ADR-002 dual façade): the refusal cache cannot repeat those.
 	exactLayers bool
