@@ -425,3 +425,46 @@ func BenchmarkBurst(b *testing.B) {
 		})
 	}
 }
+
+// TestCoalescedMemberCancelledLeavesAlone: a queued decision whose caller
+// gives up leaves with its own cancellation, is not sent to the store,
+// and takes nobody with it: the member queued behind it is decided.
+func TestCoalescedMemberCancelledLeavesAlone(t *testing.T) {
+	cfg := coalesceConfig([]app.WindowConfig{{Name: "burst", Limit: 5, Period: time.Second}})
+	cfg.BreakerFailures = 1
+	s := newRepeaterStore(true)
+	r := newStoreRig(t, cfg, s)
+	req := app.Request{Route: routeCoal, ClientIP: rawIP, User: rawUser}
+	var wg sync.WaitGroup
+	decided := make([]domain.Decision, 3)
+	ctxs := make([]context.Context, 3)
+	cancels := make([]context.CancelFunc, 3)
+	for i := range 3 {
+		ctxs[i], cancels[i] = context.WithCancel(context.Background())
+		defer cancels[i]()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := r.l.Evaluate(ctxs[i], req)
+			assert.NoError(t, err)
+			decided[i] = d
+		}()
+		if i == 0 {
+			<-s.entered
+			continue
+		}
+		waitQueued(t, r.l, i)
+	}
+	cancels[1]()
+	waitQueued(t, r.l, 1)
+	close(s.gate)
+	wg.Wait()
+	assert.Equal(t, domain.Allowed, decided[0].State)
+	assert.Equal(t, domain.DeniedDegraded, decided[1].State, "the cancelled one: its own answer")
+	assert.Equal(t, domain.Allowed, decided[2].State, "the one behind it: decided by the store")
+	assert.Equal(t, domain.SourcePrimary, decided[2].Source)
+	assert.Equal(t, int64(2), s.evals.Load(), "the batch carried one request: the cancelled one was not sent")
+	assert.Equal(t, domain.Healthy, r.l.SystemState(), "a caller that gave up counts nothing against the store")
+	d := r.eval(t, req)
+	assert.Equal(t, int64(2), d.Remaining, "two units counted before this one, not three")
+}
