@@ -149,8 +149,9 @@ type Config struct {
 	// times the profile's own limit (default 100).
 	PlanCeiling float64 `yaml:"plan_ceiling" validate:"min=1,max=100000"`
 	// RefusalCacheSize is how many refused key sets the instance remembers
-	// until their retry-after, to refuse them again without a store call
-	// (default 1024; -1 turns the cache off). See Limiter.Evaluate.
+	// until their retry-after (at most RefusalCacheTTL), to refuse them
+	// again without a store call (default 1024; -1 turns the cache off).
+	// See Limiter.Evaluate and docs/adr/005.
 	RefusalCacheSize int `yaml:"refusal_cache_size" validate:"min=-1,max=16777216"`
 	// RefusalCacheTTL bounds how long a remembered refusal is repeated,
 	// counted from the instant the store decided it (default 1 s): a Reset

@@ -317,10 +317,11 @@ func (ev *evaluation) reject(err error) {
 // resolve the profile and the plan; normalise and pseudonymise every
 // identity; build the keys, all under one hash tag (docs/adr/004); repeat a
 // refusal the store gave moments ago for the same key set while it still
-// holds (Source SourceRefusalCache); call the store under
-// Config.StoreTimeout when the breaker is closed; otherwise, or when the
-// call fails, apply the degraded matrix (Decision.Degraded); record the
-// decision.
+// holds (Source SourceRefusalCache, docs/adr/005); call the store under
+// Config.StoreTimeout when the breaker is closed, in one call with the
+// concurrent decisions on the same key set when the store implements
+// ports.Repeater (docs/adr/007); otherwise, or when the call fails, apply
+// the degraded matrix (Decision.Degraded); record the decision.
 //
 // The returned Decision is always complete and terminal. The error is
 // non-nil only when recording failed (the decision or a health transition
