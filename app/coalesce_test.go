@@ -12,9 +12,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/adapters/redis"
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/ports"
 	"github.com/sluicehq/sluice/ports/fakeclock"
 )
@@ -467,4 +469,95 @@ func TestCoalescedMemberCancelledLeavesAlone(t *testing.T) {
 	assert.Equal(t, domain.Healthy, r.l.SystemState(), "a caller that gave up counts nothing against the store")
 	d := r.eval(t, req)
 	assert.Equal(t, int64(2), d.Remaining, "two units counted before this one, not three")
+}
+
+// gated holds every Evaluate and EvaluateRepeated call of its store at a
+// gate until it opens, and reports each call as it arrives; gatedRepeater
+// keeps the store's ports.Repeater.
+type gated struct {
+	ports.Store
+	gate    chan struct{}
+	entered chan struct{}
+}
+
+func (g *gated) Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.Store.Evaluate(ctx, now, limits)
+}
+
+type gatedRepeater struct{ *gated }
+
+func (g gatedRepeater) EvaluateRepeated(ctx context.Context, now time.Time, limits []domain.Limit, n int) (domain.Repeated, error) {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.Store.(ports.Repeater).EvaluateRepeated(ctx, now, limits, n)
+}
+
+// TestCoalescedOnEveryStore runs a burst through the Limiter on each real
+// store. On a store that implements ports.Repeater, the queued decisions
+// are coalesced and each caller's decision equals a sequential twin's, as
+// in TestCoalescedDecideAsSequential; on one that does not, every decision
+// makes its own call. Either way exactly what fits passes.
+func TestCoalescedOnEveryStore(t *testing.T) {
+	stores := []struct {
+		name string
+		open func(t *testing.T) ports.Store
+	}{
+		{"reference", func(*testing.T) ports.Store { return conformance.NewReferenceStore() }},
+		{"local", func(t *testing.T) ports.Store { return newLocal(t) }},
+		{"redis", func(t *testing.T) ports.Store {
+			srv := redistest.NewServer(t)
+			s, err := redis.New(redis.Config{Addrs: []string{srv.Addr()}, Mode: redis.ModeStandalone, Time: redis.CallerTime})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		}},
+	}
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			cfg := coalesceConfig([]app.WindowConfig{
+				{Name: "burst", Limit: 11, Period: time.Second},
+				{Name: "sustained", Limit: 15, Period: time.Minute, Algorithm: domain.GCRA},
+			})
+			inner := st.open(t)
+			g := &gated{Store: inner, gate: make(chan struct{}), entered: make(chan struct{}, 64)}
+			var store ports.Store = g
+			_, repeats := inner.(ports.Repeater)
+			if repeats {
+				store = gatedRepeater{g}
+			}
+			co := newStoreRig(t, cfg, store)
+			const n = 8
+			reqs := make([]app.Request, n)
+			for i := range reqs {
+				reqs[i] = app.Request{Route: routeCoal, ClientIP: rawIP, User: rawUser, Cost: 3}
+			}
+			var got []domain.Decision
+			if repeats {
+				s := &repeaterStore{gate: g.gate, entered: g.entered}
+				got = burst(t, co, s, reqs)
+				twinCfg := cfg
+				twinCfg.HMACSecret = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" // keys of its own
+				twin := newStoreRig(t, twinCfg, hidden{st.open(t)})
+				for i, req := range reqs {
+					want := twin.eval(t, req)
+					assert.Equal(t, want, got[i], "caller %d", i)
+				}
+			} else {
+				t.Logf("%s does not implement ports.Repeater: each decision makes its own call", st.name)
+				close(g.gate)
+				for _, req := range reqs {
+					got = append(got, co.eval(t, req))
+				}
+			}
+			allowed := 0
+			for _, d := range got {
+				if d.State == domain.Allowed {
+					allowed++
+				}
+			}
+			assert.Equal(t, 3, allowed, "11 per second at a cost of 3: three pass")
+		})
+	}
 }
