@@ -193,7 +193,8 @@ func leftQueue(err error) error {
 }
 
 // call makes the batch's store call under the latest member's deadline,
-// publishes its answer and hands the key set on to the next batch.
+// records it, publishes its answer and hands the key set on to the next
+// batch.
 func (c *coalescer) call(sh *coalesceShard, fp uint64, b *batch) {
 	l := c.l
 	cctx, cancel := context.WithDeadline(b.ctx, b.deadline)
@@ -215,9 +216,11 @@ func (c *coalescer) call(sh *coalesceShard, fp uint64, b *batch) {
 	latency := l.clock.Now().Sub(start)
 	cancel()
 	b.err = classify(err)
+	// Recorded before its decisions are: a decision's store call is never
+	// missing from the record once the decision is out.
+	l.rec.RecordStoreCall(b.ctx, ports.StoreCall{Op: ports.OpEvaluate, Start: start, Latency: latency, Keys: b.nlimits, Err: b.err})
 	close(b.done)
 	c.handOff(sh, fp)
-	l.rec.RecordStoreCall(b.ctx, ports.StoreCall{Op: ports.OpEvaluate, Start: start, Latency: latency, Keys: b.nlimits, Err: b.err})
 }
 
 // handOff is called when a key set's call has returned: it launches the
