@@ -184,7 +184,8 @@ func (c *coalescer) wait(ctx context.Context, ev *evaluation, sh *coalesceShard,
 
 // leftQueue is the error of a member that left before its batch's call
 // answered: its own deadline (a store timeout) or its caller's
-// cancellation. It made no call, so it counts nothing against the store.
+// cancellation. It is not the store's failure: it counts nothing against
+// the breaker.
 func leftQueue(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%w: queued behind the key set's call in flight: %w", domain.ErrStoreTimeout, err)
