@@ -330,3 +330,32 @@ func TestRefusalCacheClockStepsBack(t *testing.T) {
 	assert.Equal(t, domain.Allowed, d.State, "the store's minute has passed")
 	assert.Equal(t, domain.SourcePrimary, d.Source)
 }
+
+// TestRefusalCacheRacedResets (issue 21 item 6, as found): a refusal and
+// a Reset of its identity race, 2 000 times; once both are done, the
+// identity has at most one unit counted since the reset, so its next
+// request must pass, never be refused from the cache.
+func TestRefusalCacheRacedResets(t *testing.T) {
+	r := newRigWith(t, hourlyConfig(), newFaulty(conformance.NewReferenceStore()), conformance.NewReferenceStore())
+	stale := 0
+	for i := range 2000 {
+		ip := netip.AddrFrom4([4]byte{10, 9, byte(i >> 8), byte(i)})
+		req := app.Request{Route: routeHourly, ClientIP: ip}
+		for range 3 {
+			r.eval(t, req)
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, err := r.l.Reset(context.Background(), app.ResetRequest{Dimension: domain.DimensionIP, ClientIP: ip})
+			assert.NoError(t, err)
+		}()
+		r.eval(t, req)
+		<-done
+		if d := r.eval(t, req); d.State != domain.Allowed {
+			stale++
+			assert.Equal(t, domain.SourceRefusalCache, d.Source, "only the cache can refuse here")
+		}
+	}
+	assert.Zero(t, stale, "refusals repeated after the reset that voided them")
+}
