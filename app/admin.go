@@ -99,7 +99,9 @@ func (l *Limiter) Reset(ctx context.Context, req ResetRequest) (int, error) {
 		rec.ClientIP = req.ClientIP
 	}
 	rec.Err = l.resetAll(ctx, keys)
-	l.refusals.clear()
+	// After the store's reset, so that a refusal whose call began before
+	// it is never repeated (docs/adr/005).
+	l.refusals.reset()
 	return len(keys), errors.Join(rec.Err, l.rec.RecordReset(ctx, rec))
 }
 

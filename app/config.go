@@ -39,6 +39,9 @@ const (
 	// DefaultRefusalCacheSize is the number of refused key sets an instance
 	// remembers (see Config.RefusalCacheSize).
 	DefaultRefusalCacheSize = 1024
+	// DefaultRefusalCacheTTL bounds how long an instance repeats a refusal
+	// without asking the store (see Config.RefusalCacheTTL).
+	DefaultRefusalCacheTTL = time.Second
 	// DefaultPseudonymCacheSize is the number of identifier pseudonyms an
 	// instance remembers (see Config.PseudonymCacheSize).
 	DefaultPseudonymCacheSize = 4096
@@ -146,9 +149,14 @@ type Config struct {
 	// times the profile's own limit (default 100).
 	PlanCeiling float64 `yaml:"plan_ceiling" validate:"min=1,max=100000"`
 	// RefusalCacheSize is how many refused key sets the instance remembers
-	// until their retry-after, to refuse them again without a store call
-	// (default 1024; -1 turns the cache off). See Limiter.Evaluate.
+	// until their retry-after (at most RefusalCacheTTL), to refuse them
+	// again without a store call (default 1024; -1 turns the cache off).
+	// See Limiter.Evaluate and docs/adr/005.
 	RefusalCacheSize int `yaml:"refusal_cache_size" validate:"min=-1,max=16777216"`
+	// RefusalCacheTTL bounds how long a remembered refusal is repeated,
+	// counted from the instant the store decided it (default 1 s): a Reset
+	// on another instance reaches this one within it (docs/adr/005).
+	RefusalCacheTTL time.Duration `yaml:"refusal_cache_ttl" validate:"min=1ms,max=1h"`
 	// PseudonymCacheSize is how many identifier pseudonyms the instance
 	// remembers, so that a hot identifier is not hashed on every request
 	// (default 4096; -1 turns the cache off).
@@ -325,6 +333,7 @@ func (c Config) WithDefaults() Config {
 	c.BreakerFailures = cmp.Or(c.BreakerFailures, DefaultBreakerFailures)
 	c.PlanCeiling = cmp.Or(c.PlanCeiling, DefaultPlanCeiling)
 	c.RefusalCacheSize = cmp.Or(c.RefusalCacheSize, DefaultRefusalCacheSize)
+	c.RefusalCacheTTL = cmp.Or(c.RefusalCacheTTL, DefaultRefusalCacheTTL)
 	c.PseudonymCacheSize = cmp.Or(c.PseudonymCacheSize, DefaultPseudonymCacheSize)
 	if c.InstanceID == "" {
 		c.InstanceID = "sluice"

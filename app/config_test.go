@@ -48,6 +48,7 @@ func TestParseConfigReadsEveryField(t *testing.T) {
 	assert.Equal(t, "api-7", cfg.InstanceID)
 	assert.Equal(t, 50.0, cfg.PlanCeiling)
 	assert.Equal(t, 64, cfg.RefusalCacheSize)
+	assert.Equal(t, 500*time.Millisecond, cfg.RefusalCacheTTL)
 	assert.Equal(t, -1, cfg.PseudonymCacheSize)
 	assert.Equal(t, app.DegradedConfig{Read: domain.ActionLocal, Auth: domain.ActionDeny, Costly: domain.ActionDeny}, cfg.Degraded)
 	assert.Equal(t, app.FacadeConfig{

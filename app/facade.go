@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"strings"
 
 	"github.com/sluicehq/sluice/domain"
@@ -166,13 +165,14 @@ func (l *Limiter) DecideDual(ctx context.Context, tenantKey string, tenantLimit 
 	defer putEvaluation(ev)
 	l.begin(ev)
 	ev.d.Profile, ev.d.Family = DefaultFacadeProfile, l.facade.family
+	ev.exactLayers = userKey != ""
 	inputErr := l.buildFacadeKeys(ev, tenantKey, tenantLimit, userKey, userLimit)
 	if inputErr != nil {
 		ev.reject(inputErr)
 	} else {
 		l.run(ctx, ev)
 	}
-	return ev.d, errors.Join(inputErr, l.record(ctx, ev, netip.Addr{}, ""))
+	return ev.d, errors.Join(inputErr, l.record(ctx, ev, &Request{}))
 }
 
 // buildFacadeKeys builds ADR-002's keys with pseudonymised ids: the

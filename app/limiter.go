@@ -53,6 +53,12 @@ type Request struct {
 	User, Tenant, APIKey string
 	// Cost is the units this request consumes; 0 means the profile's cost.
 	Cost int64
+	// Method and Path are the request as received (the HTTP method and
+	// the URL's path, no query), when the entry point knows them. They
+	// reach the security-audit record of a request whose route is invalid
+	// or unknown, so that an operator sees what was asked for; never a
+	// key, a metric label or the application log.
+	Method, Path string
 }
 
 // Limiter is the decision pipeline (docs/adr/005): it validates a
@@ -69,6 +75,9 @@ type Limiter struct {
 	pseudo   *domain.Pseudonymiser
 	names    *pseudonymCache
 	refusals *refusalCache
+	// coalesce joins concurrent decisions on one key set into one store
+	// call; nil when the store cannot decide repeated requests.
+	coalesce *coalescer
 	// tenantPlans and keyPlans map pseudonyms to plans.
 	tenantPlans, keyPlans map[string]*plan
 
@@ -138,7 +147,7 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 		profiles:  profiles,
 		pseudo:    pseudo,
 		names:     newPseudonymCache(pseudo, cfg.PseudonymCacheSize),
-		refusals:  newRefusalCache(cfg.RefusalCacheSize),
+		refusals:  newRefusalCache(cfg.RefusalCacheSize, cfg.RefusalCacheTTL),
 		store:     deps.Store,
 		fallback:  deps.Fallback,
 		clock:     deps.Clock,
@@ -150,6 +159,7 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 		afterTick: afterTick,
 	}
 	l.tracer, _ = deps.Recorder.(ports.DecisionTracer)
+	l.coalesce = newCoalescer(l, deps.Store)
 	l.tenantPlans, l.keyPlans = l.assignPlans()
 	if l.clock == nil {
 		l.clock = ports.SystemClock{}
@@ -236,6 +246,17 @@ type evaluation struct {
 	latency  time.Duration
 	err      error
 	transErr error
+	// madeCall is set when this decision counts the outcome of the
+	// primary store call it was decided by: the call it made alone, or
+	// the one member of a coalesced batch that takes it (docs/adr/007).
+	madeCall bool
+	// coIndex is the decision's place in a coalesced batch, and
+	// coDeadline its own store deadline there.
+	coIndex    int
+	coDeadline time.Time
+	// exactLayers is set when the caller reads every layer's remaining
+	// (the ADR-002 dual façade): the refusal cache cannot repeat those.
+	exactLayers bool
 }
 
 // evaluations recycles evaluations: their limits go to a store through an
@@ -296,10 +317,11 @@ func (ev *evaluation) reject(err error) {
 // resolve the profile and the plan; normalise and pseudonymise every
 // identity; build the keys, all under one hash tag (docs/adr/004); repeat a
 // refusal the store gave moments ago for the same key set while it still
-// holds (Source SourceRefusalCache); call the store under
-// Config.StoreTimeout when the breaker is closed; otherwise, or when the
-// call fails, apply the degraded matrix (Decision.Degraded); record the
-// decision.
+// holds (Source SourceRefusalCache, docs/adr/005); call the store under
+// Config.StoreTimeout when the breaker is closed, in one call with the
+// concurrent decisions on the same key set when the store implements
+// ports.Repeater (docs/adr/007); otherwise, or when the call fails, apply
+// the degraded matrix (Decision.Degraded); record the decision.
 //
 // The returned Decision is always complete and terminal. The error is
 // non-nil only when recording failed (the decision or a health transition
@@ -321,7 +343,7 @@ func (l *Limiter) Evaluate(ctx context.Context, req Request) (domain.Decision, e
 	} else {
 		l.run(ctx, ev)
 	}
-	return ev.d, l.record(ctx, ev, req.ClientIP, req.Route)
+	return ev.d, l.record(ctx, ev, &req)
 }
 
 func (l *Limiter) startDecision(ctx context.Context) context.Context {
@@ -333,12 +355,14 @@ func (l *Limiter) startDecision(ctx context.Context) context.Context {
 
 // record hands the decision to the Recorder and returns what failed to be
 // recorded, if anything.
-func (l *Limiter) record(ctx context.Context, ev *evaluation, ip netip.Addr, route string) error {
+func (l *Limiter) record(ctx context.Context, ev *evaluation, req *Request) error {
 	err := l.rec.RecordDecision(ctx, ports.DecisionRecord{
 		Decision:     ev.d,
 		TenantID:     ev.tenantID,
-		ClientIP:     ip,
-		Route:        route,
+		ClientIP:     req.ClientIP,
+		Route:        req.Route,
+		Method:       req.Method,
+		Path:         req.Path,
 		StoreLatency: ev.latency,
 		Err:          ev.err,
 	})
@@ -404,12 +428,13 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 		l.degraded(ctx, ev, domain.CauseBreakerOpen, nil)
 		return
 	}
-	res, start, err := l.callStore(ctx, ev, ports.OpEvaluate)
+	gen := l.refusals.generation()
+	res, err := l.evaluateStore(ctx, ev)
 	if err == nil {
 		l.failures.Store(0)
 		l.fromResult(ev, &res, domain.SourcePrimary)
 		if !res.Allowed {
-			l.refusals.remember(ev, start.Add(res.RetryAfter))
+			l.refusals.remember(ev, &res, gen)
 		}
 		return
 	}
@@ -424,11 +449,23 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 	if errors.Is(err, domain.ErrStoreTimeout) {
 		cause = domain.CauseStoreTimeout
 	}
-	// A caller that gave up is not the store's failure.
-	if ctx.Err() == nil {
+	// A caller that gave up is not the store's failure, nor is a decision
+	// that only waited for another's call (docs/adr/007).
+	if ctx.Err() == nil && ev.madeCall {
 		ev.transErr = l.inBandFailure(ctx)
 	}
 	l.degraded(ctx, ev, cause, err)
+}
+
+// evaluateStore decides ev on the primary store: coalesced with the
+// concurrent decisions on its key set when the store can decide repeated
+// requests (docs/adr/007), else in a call of its own.
+func (l *Limiter) evaluateStore(ctx context.Context, ev *evaluation) (domain.Result, error) {
+	if l.coalesce != nil {
+		return l.coalesce.evaluate(ctx, ev)
+	}
+	res, _, err := l.callStore(ctx, ev, ports.OpEvaluate)
+	return res, err
 }
 
 // callStore calls the primary store under the one store deadline and
@@ -447,6 +484,7 @@ func (l *Limiter) callStore(ctx context.Context, ev *evaluation, op ports.StoreO
 	}
 	ev.latency = l.clock.Now().Sub(start)
 	cancel()
+	ev.madeCall = true
 	err = classify(err)
 	l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: op, Start: start, Latency: ev.latency, Keys: ev.n, Err: err})
 	return res, start, err

@@ -11,17 +11,28 @@ import (
 )
 
 // refusalCache remembers, per instance, the key sets the primary store
-// refused and until when, so that a client hammering a refused quota is
-// refused again in process, with the exact remaining wait, and the store
-// sees almost none of it.
+// refused, so that a client hammering a refused quota is refused again in
+// process and the store sees almost none of it.
 //
-// It never lets through what the store would refuse: it only refuses. And
-// it refuses only what the store would refuse too: an entry matches a
-// request with the very same keys, windows and costs, and lasts until the
-// retry-after the store gave, counted from before the store call. Units
-// leave a window only with time, and other traffic can only push that
-// instant later, so until then the store's answer could only be the same
-// refusal. A Reset clears the cache.
+// It never lets through what the store would refuse: it only refuses. What
+// it repeats, and for how long, is narrowed to what stays true after the
+// store's answer (docs/adr/005, "The refusal cache"):
+//
+//   - an entry matches a request with the very same keys, windows and
+//     costs, and names the current request's profile, family and plan;
+//   - it lasts from the store's own instant of the refusal (the decision's
+//     instant, in microseconds, as the store saw it) until the earlier of
+//     that instant plus the store's retry-after and that instant plus the
+//     TTL (Config.RefusalCacheTTL). Units leave a window only with time and
+//     other traffic can only push the wait later, so until then the store
+//     could only refuse too, unless its counts were reset: a Reset on this
+//     instance makes every entry of an earlier generation void, and one on
+//     another instance is honoured here within the TTL. A Limiter clock
+//     that reads earlier than the refusal's instant (it stepped back) finds
+//     nothing;
+//   - it says only what stays true: the limiting window (which still
+//     refuses) with 0 remaining, its retry-after and reset-after counted
+//     down as lower bounds, and nothing of the other windows.
 //
 // Like the pseudonym cache it is a fixed table of slots; a newcomer
 // replaces the slot's holder, and a lookup never locks.
@@ -29,27 +40,39 @@ type refusalCache struct {
 	seed  maphash.Seed
 	slots []atomic.Pointer[refusal]
 	mask  uint64
+	// ttl bounds an entry's life, in microseconds.
+	ttl int64
+	// gen counts Resets. A refusal is kept with the generation read before
+	// its store call began and repeated only while no Reset has happened
+	// since: a refusal the store gave just before a Reset cleared its keys
+	// must not outlive it.
+	gen atomic.Uint64
 }
 
-// refusal is one remembered refusal: the decision as the store gave it,
-// from start until until.
+// refusal is one remembered refusal. Instants are microseconds since the
+// epoch, the store's own unit.
 type refusal struct {
-	sum      uint64
-	n        int
-	first    string
-	start    time.Time
-	until    time.Time
-	decision domain.Decision
+	sum   uint64
+	n     int
+	first string
+	gen   uint64
+	// at is the instant the store refused at; until is the end of the
+	// entry's life; retryAt and resetAt are when the store said the
+	// limiting window would admit the cost again and be full again.
+	at, until, retryAt, resetAt int64
+	// limiting is the index of the limit that refused.
+	limiting int
 }
 
 // newRefusalCache returns a cache of at least size slots (rounded up to a
-// power of two), or nil (no cache) for a negative size.
-func newRefusalCache(size int) *refusalCache {
+// power of two) whose entries live at most ttl, or nil (no cache) for a
+// negative size.
+func newRefusalCache(size int, ttl time.Duration) *refusalCache {
 	if size <= 0 {
 		return nil
 	}
 	n := 1 << bits.Len(uint(size-1))
-	return &refusalCache{seed: maphash.MakeSeed(), slots: make([]atomic.Pointer[refusal], n), mask: uint64(n - 1)}
+	return &refusalCache{seed: maphash.MakeSeed(), slots: make([]atomic.Pointer[refusal], n), mask: uint64(n - 1), ttl: ttl.Microseconds()}
 }
 
 // slot is where a key set's refusal lives: chosen by its first key and
@@ -60,9 +83,9 @@ func (c *refusalCache) slot(ev *evaluation) *atomic.Pointer[refusal] {
 }
 
 // fingerprint hashes the evaluation's limits: keys, windows and costs.
-func (c *refusalCache) fingerprint(ev *evaluation) uint64 {
+func fingerprint(seed maphash.Seed, ev *evaluation) uint64 {
 	var h maphash.Hash
-	h.SetSeed(c.seed)
+	h.SetSeed(seed)
 	var b [8 * 4]byte
 	for i := range ev.n {
 		l := &ev.limits[i]
@@ -76,47 +99,81 @@ func (c *refusalCache) fingerprint(ev *evaluation) uint64 {
 	return h.Sum64()
 }
 
-// repeat fills ev's decision from a remembered refusal of the same key set
-// that still holds at ev.now, and reports whether it did.
-func (c *refusalCache) repeat(ev *evaluation) bool {
+// generation returns the current generation, to read before a store call
+// whose refusal may be remembered.
+func (c *refusalCache) generation() uint64 {
 	if c == nil {
+		return 0
+	}
+	return c.gen.Load()
+}
+
+// repeat fills ev's decision from a remembered refusal of the same key set
+// that still holds at ev.now, and reports whether it did. The decision
+// keeps what begin and prepare set (profile, family, plan, state, shadow).
+func (c *refusalCache) repeat(ev *evaluation) bool {
+	if c == nil || ev.exactLayers {
 		return false
 	}
 	r := c.slot(ev).Load()
-	if r == nil || r.n != ev.n || r.first != ev.limits[0].Key || !ev.now.Before(r.until) || r.sum != c.fingerprint(ev) {
+	if r == nil || r.n != ev.n || r.first != ev.limits[0].Key {
 		return false
 	}
-	elapsed := ev.now.Sub(r.start)
-	d := r.decision
-	d.Source = domain.SourceRefusalCache
-	d.SystemState, d.Shadow = ev.d.SystemState, ev.d.Shadow
-	d.RetryAfter = r.until.Sub(ev.now)
-	d.ResetAfter = max(d.ResetAfter-elapsed, 0)
-	d.Windows = domain.WindowChecks{}
-	for _, w := range r.decision.Windows.All() {
-		w.RetryAfter = max(w.RetryAfter-elapsed, 0)
-		w.ResetAfter = max(w.ResetAfter-elapsed, 0)
-		d.Windows.Add(w)
+	now := ev.now.UnixMicro()
+	if now < r.at || now >= r.until || r.gen != c.gen.Load() || r.sum != fingerprint(c.seed, ev) {
+		return false
 	}
-	ev.d = d
+	retry := micros(r.retryAt - now)
+	reset := max(micros(r.resetAt-now), retry)
+	lim, dim := &ev.limits[r.limiting], ev.dims[r.limiting]
+	d := &ev.d
+	d.State, d.Cause, d.Source = domain.Throttled, domain.CauseLimitExceeded, domain.SourceRefusalCache
+	d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter = lim.Window.Limit, 0, retry, reset
+	d.LimitingDimension, d.LimitingWindow, d.LimitingPeriod = dim, lim.Window.Name, lim.Window.Period
+	d.Layer = dim.Layer()
+	d.Windows = domain.WindowChecks{}
+	d.Windows.Add(domain.WindowCheck{Dimension: dim, Window: lim.Window, Remaining: 0, RetryAfter: retry, ResetAfter: reset})
+	switch d.Layer {
+	case domain.LayerTenant:
+		d.TenantRemaining = 0
+	case domain.LayerUser:
+		d.UserRemaining = 0
+	}
 	return true
 }
 
-// remember keeps ev's refusal until until (the store call's start plus
-// the retry-after it gave).
-func (c *refusalCache) remember(ev *evaluation, until time.Time) {
-	if c == nil {
+// micros converts microseconds to a Duration.
+func micros(us int64) time.Duration { return time.Duration(us) * time.Microsecond }
+
+// remember keeps ev's refusal, which the store gave at ev.now for a call
+// that began in generation gen.
+func (c *refusalCache) remember(ev *evaluation, res *domain.Result, gen uint64) {
+	if c == nil || ev.exactLayers {
 		return
 	}
-	start := until.Add(-ev.d.RetryAfter)
-	c.slot(ev).Store(&refusal{sum: c.fingerprint(ev), n: ev.n, first: ev.limits[0].Key, start: start, until: until, decision: ev.d})
+	retry := res.RetryAfter.Microseconds()
+	if retry <= 0 || gen != c.gen.Load() {
+		return
+	}
+	at := ev.now.UnixMicro()
+	slot := c.slot(ev)
+	if r := slot.Load(); r != nil && r.at == at && r.gen == gen && r.retryAt == at+retry && r.n == ev.n && r.first == ev.limits[0].Key {
+		return // the members of one coalesced batch share one refusal
+	}
+	slot.Store(&refusal{
+		sum: fingerprint(c.seed, ev), n: ev.n, first: ev.limits[0].Key, gen: gen,
+		at: at, until: at + min(retry, c.ttl), retryAt: at + retry, resetAt: at + res.ResetAfter.Microseconds(),
+		limiting: res.Limiting,
+	})
 }
 
-// clear forgets every refusal.
-func (c *refusalCache) clear() {
+// reset voids every refusal remembered so far; the Limiter calls it once
+// a Reset has reached the store. Entries are dropped too, to free them.
+func (c *refusalCache) reset() {
 	if c == nil {
 		return
 	}
+	c.gen.Add(1)
 	for i := range c.slots {
 		c.slots[i].Store(nil)
 	}

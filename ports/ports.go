@@ -117,6 +117,12 @@ type DecisionRecord struct {
 	// Route is the route template as received; it may be invalid, so it is
 	// for the security-audit channel and never a metric label.
 	Route string
+	// Method and Path are the request as the entry point received it (the
+	// HTTP method and URL path), "" when unknown: raw client input, for
+	// the security-audit record of an invalid context only (the path no
+	// route matched), bounded and escaped there; never the application
+	// log or a metric label.
+	Method, Path string
 	// StoreLatency is the time spent in the store; zero when the store was
 	// not called.
 	StoreLatency time.Duration

@@ -202,6 +202,10 @@ func TestInvalidContextIsUniform(t *testing.T) {
 				require.True(t, ok)
 				assert.Equal(t, domain.RejectedInvalidContext, last.Decision.State)
 				assert.Equal(t, c.cause, last.Decision.Cause, "%s %s", c.method, c.path)
+				// What was asked for reaches the record, for the audit channel
+				// (issue 15 item 2); the client's answer stays the same.
+				assert.Equal(t, c.method, last.Method)
+				assert.Equal(t, c.path, last.Path)
 				resp.Header.Del("Date")
 				if first == nil {
 					first = resp

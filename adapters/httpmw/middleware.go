@@ -110,7 +110,7 @@ type middleware struct {
 }
 
 func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	req := app.Request{Route: m.cfg.Route(r)}
+	req := app.Request{Route: m.cfg.Route(r), Method: r.Method, Path: r.URL.Path}
 	// An unresolved address stays the zero Addr: the Limiter rejects it
 	// as invalid context (ip_unresolved) and records that.
 	req.ClientIP, _ = clientIP(r, m.cfg.TrustedProxies, m.cfg.ProxyHeader)

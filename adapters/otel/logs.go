@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/domain"
 	"github.com/sluicehq/sluice/ports"
@@ -23,6 +25,13 @@ const (
 // maxAuditRoute bounds the raw route written to the audit log: a route
 // is client input when the context is invalid.
 const maxAuditRoute = 300
+
+// Bounds of the requested method and path written to the audit record of
+// an invalid context, in bytes of input: both are raw client input.
+const (
+	maxAuditMethod = 32
+	maxAuditPath   = 256
+)
 
 // channels are the two log channels. Records go to the handlers directly,
 // not through slog.Logger, whose methods drop a handler's error: a record
@@ -102,6 +111,7 @@ func (c *channels) invalid(ctx context.Context, clock ports.Clock, rec *ports.De
 	r := slog.NewRecord(clock.Now(), slog.LevelWarn, MsgInvalid, 0)
 	decisionAttrs(&r, rec)
 	routeAttrs(&r, rec.Route)
+	requestedAttrs(&r, rec)
 	errAttrs(&r, rec.Err)
 	return c.audit.Handle(ctx, r)
 }
@@ -138,6 +148,81 @@ func routeAttrs(r *slog.Record, route string) {
 		return
 	}
 	r.AddAttrs(slog.String("route", route))
+}
+
+// requestedAttrs adds what the client asked for (the method and the path
+// as received), so that an operator can see the request no route matched.
+// Both are cut to their bound and escaped (escapeAudit).
+func requestedAttrs(r *slog.Record, rec *ports.DecisionRecord) {
+	if rec.Method != "" {
+		m, cut := escapeAudit(rec.Method, maxAuditMethod)
+		r.AddAttrs(slog.String("requested_method", m))
+		if cut {
+			r.AddAttrs(slog.Bool("requested_method_truncated", true))
+		}
+	}
+	if rec.Path != "" {
+		p, cut := escapeAudit(rec.Path, maxAuditPath)
+		r.AddAttrs(slog.String("requested_path", p))
+		if cut {
+			r.AddAttrs(slog.Bool("requested_path_truncated", true))
+		}
+	}
+}
+
+// escapeAudit cuts s to at most limit bytes of input, on a rune boundary,
+// and escapes what a log reader must not receive raw: control and format
+// characters (line breaks, terminal escapes, bidirectional overrides) as
+// \uXXXX, bytes that are not UTF-8 as \xXX, and the backslash itself, so
+// that an escape in the output is always one the writer made. It
+// allocates only for input that needs it.
+func escapeAudit(s string, limit int) (string, bool) {
+	cut := len(s) > limit
+	if cut {
+		s = s[:limit]
+		// Not in the middle of the last rune: its first bytes alone would
+		// read as invalid UTF-8.
+		for j := len(s) - 1; j >= 0 && j >= len(s)-utf8.UTFMax; j-- {
+			if utf8.RuneStart(s[j]) {
+				if !utf8.FullRuneInString(s[j:]) {
+					s = s[:j]
+				}
+				break
+			}
+		}
+	}
+	clean := true
+	for _, c := range s {
+		if needsEscape(c) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s, cut
+	}
+	var b strings.Builder
+	b.Grow(len(s) + 16)
+	for i := 0; i < len(s); {
+		c, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case c == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case c == '\\':
+			b.WriteString(`\\`)
+		case needsEscape(c):
+			fmt.Fprintf(&b, `\u%04x`, c)
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String(), cut
+}
+
+// needsEscape reports the runes escapeAudit escapes.
+func needsEscape(c rune) bool {
+	return c == utf8.RuneError || c == '\\' || unicode.IsControl(c) || unicode.Is(unicode.Cf, c)
 }
 
 func errAttrs(r *slog.Record, err error) {

@@ -161,3 +161,47 @@ func TestRecorderFailureReachesCaller(t *testing.T) {
 		require.ErrorIs(t, e.rec.RecordTransition(context.Background(), domain.StateChange{From: domain.Healthy, To: domain.Degraded}, t0), otel.ErrClosed)
 	})
 }
+
+// TestAuditUnknownRouteNamesTheRequest (issue 15 item 2): a request no
+// route matches is audited with the method and the path asked for, cut to
+// their bound and with control characters escaped; neither reaches the
+// application log nor a metric.
+func TestAuditUnknownRouteNamesTheRequest(t *testing.T) {
+	e := newEnv(t, testConfig(), nil)
+	cases := []struct {
+		method, path         string
+		wantMethod, wantPath string
+		methodCut, pathCut   bool
+	}{
+		{"GET", "/api/v1/nowhere", "GET", "/api/v1/nowhere", false, false},
+		{"DELETE", "/a\nforged: line\x1b[31m\u202e\\x41", "DELETE", `/a\u000aforged: line\u001b[31m\u202e\\x41`, false, false},
+		{"PUT", "/bad\xffutf8", "PUT", `/bad\xffutf8`, false, false},
+		{strings.Repeat("M", 40), "/" + strings.Repeat("é", 200), strings.Repeat("M", 32), "/" + strings.Repeat("é", 127), true, true},
+	}
+	for _, c := range cases {
+		d := e.decide(t, app.Request{ClientIP: rawIP, Method: c.method, Path: c.path})
+		require.Equal(t, domain.RejectedInvalidContext, d.State)
+		require.Equal(t, domain.CauseRouteInvalid, d.Cause)
+		recs := e.audit.records(t)
+		r := recs[len(recs)-1]
+		assert.Equal(t, otel.MsgInvalid, r["msg"])
+		assert.Equal(t, c.wantMethod, r["requested_method"], "%q", c.method)
+		assert.Equal(t, c.wantPath, r["requested_path"], "%q", c.path)
+		_, cut := r["requested_method_truncated"]
+		assert.Equal(t, c.methodCut, cut)
+		_, cut = r["requested_path_truncated"]
+		assert.Equal(t, c.pathCut, cut)
+	}
+	assert.NotContains(t, e.audit.text(), "\n/", "no raw line break reaches the audit log")
+	appText := e.app.text()
+	for _, raw := range []string{"nowhere", "forged", "requested_", "bad"} {
+		assert.NotContains(t, appText, raw, "the application log never names the request")
+	}
+	for name, mf := range scrape(t, e.srv.URL, "") {
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				assert.NotContains(t, l.GetValue(), "nowhere", name)
+			}
+		}
+	}
+}

@@ -53,6 +53,15 @@
 // one Redis, then Redis down: with the local action a client passes limit
 // × 3; with deny, nothing.
 //
+// TestSpikeNoRace: 20 bursts of 1 000 identical requests over HTTP on
+// Redis (from raw keep-alive connections, a load tool's cost), then a 5 s
+// mixed spike from 96 clients with a login client on the side, with
+// production's deadline and probe interval: every burst exact, no login
+// 503, no breaker opening; figures for Redis calls per decision and per
+// burst (coalescing, docs/adr/007) and latencies. It runs alone and
+// without the race detector, whose slowness would make the 50 ms deadline
+// meaningless.
+//
 // TestNoRawIdentifier, TestSecretRotation, TestRedisCredentials,
 // TestRedisCredentialsRefused, TestMalformedRedisURLKeepsThePasswordOut,
 // TestHTTPInvalidContextIsUniform, TestHTTPSpoofedForwardedHeader: no raw
