@@ -78,19 +78,22 @@ type Limiter struct {
 	rec             ports.Recorder
 	tracer          ports.DecisionTracer // nil unless rec traces
 
-	// Health: the machine is guarded by mu; state mirrors its state for
-	// the hot path, which reads it without locking.
-	mu       sync.Mutex
-	machine  domain.HealthMachine
-	state    atomic.Uint32
-	failures atomic.Int64 // consecutive in-band store failures
+	// Health: one machine per node of the store (breaker.go); state is
+	// the instance's, the worst node's, for the hot path.
+	probeState
+	state atomic.Uint32
 
 	facade facadeProfile
 
 	warnings []string
 
-	// The health loop.
-	ticker    ports.Ticker
+	// The health loop. tickMu guards the ticker, which retick replaces
+	// when the state calls for another interval.
+	tickMu        sync.Mutex
+	ticker        ports.Ticker
+	tickEvery     time.Duration
+	tickStopped   bool
+	tickerChanged chan struct{}
 	loopCtx   context.Context
 	stopLoop  context.CancelFunc
 	done      chan struct{}
@@ -144,10 +147,11 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 		clock:     deps.Clock,
 		prober:    deps.Prober,
 		rec:       deps.Recorder,
-		machine:   domain.NewHealthMachine(cfg.ClearingProbes),
 		facade:    fp,
 		done:      make(chan struct{}),
 		afterTick: afterTick,
+
+		tickerChanged: make(chan struct{}, 1),
 	}
 	l.tracer, _ = deps.Recorder.(ports.DecisionTracer)
 	l.tenantPlans, l.keyPlans = l.assignPlans()
@@ -158,10 +162,11 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 		l.prober = storeProber{store: deps.Store, clock: l.clock}
 	}
 	l.state.Store(uint32(domain.Healthy))
+	l.probeState.init(cfg.ClearingProbes, l.prober, l.rec)
 	l.warnings = l.checkMemory(deps.MemoryCheck)
 	// The ticker exists before New returns, so a test that advances a fake
 	// clock right after New cannot race the loop's start.
-	l.ticker = l.clock.NewTicker(cfg.ProbeInterval)
+	l.ticker, l.tickEvery = l.clock.NewTicker(cfg.ProbeInterval), cfg.ProbeInterval
 	l.loopCtx, l.stopLoop = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.healthLoop()
@@ -400,13 +405,15 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 	if l.refusals.repeat(ev) {
 		return
 	}
-	if l.BreakerOpen() {
+	// The breaker of the node that serves the keys (docs/adr/008).
+	node := l.nodeOf(ev)
+	if !l.allowed(node) {
 		l.degraded(ctx, ev, domain.CauseBreakerOpen, nil)
 		return
 	}
 	res, start, err := l.callStore(ctx, ev, ports.OpEvaluate)
+	ev.transErr = l.storeOutcome(ctx, node, err)
 	if err == nil {
-		l.failures.Store(0)
 		l.fromResult(ev, &res, domain.SourcePrimary)
 		if !res.Allowed {
 			l.refusals.remember(ev, start.Add(res.RetryAfter))
@@ -414,19 +421,20 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 		return
 	}
 	var le *domain.LimitError
-	if errors.As(err, &le) {
+	if errors.As(err, &le) || errors.Is(err, domain.ErrCrossSlot) {
 		// The store refused the request's shape: a defect, not an outage, so
 		// the breaker does not count it.
 		ev.d.State, ev.d.Cause, ev.err = domain.RejectedInvalidContext, domain.CauseInvalidLimit, err
 		return
 	}
+	if cause, ok := requestFault(err); ok {
+		// That request's fault (docs/adr/008): its own degraded decision.
+		l.degraded(ctx, ev, cause, err)
+		return
+	}
 	cause := domain.CauseStoreUnavailable
 	if errors.Is(err, domain.ErrStoreTimeout) {
 		cause = domain.CauseStoreTimeout
-	}
-	// A caller that gave up is not the store's failure.
-	if ctx.Err() == nil {
-		ev.transErr = l.inBandFailure(ctx)
 	}
 	l.degraded(ctx, ev, cause, err)
 }
