@@ -271,7 +271,7 @@ type probeState struct {
 	// in the order the probes ended.
 	probeMu    sync.Mutex
 	confirming atomic.Bool
-	nodeProber ports.NodeProber  // nil: the store is one node
+	nodeProber ports.NodeProber   // nil: the store is one node
 	nodeRec    ports.NodeRecorder // nil unless the Recorder observes nodes
 }
 
