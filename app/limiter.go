@@ -94,15 +94,16 @@ type Limiter struct {
 	tickEvery     time.Duration
 	tickStopped   bool
 	tickerChanged chan struct{}
-	loopCtx       context.Context
-	stopLoop      context.CancelFunc
-	done          chan struct{}
-	closeOnce     sync.Once
-	wg            sync.WaitGroup
-	loopMu        sync.Mutex
-	loopErrs      []error
-	loopLost      int
-	afterTick     func() // test hook: called after each tick is processed
+
+	loopCtx   context.Context
+	stopLoop  context.CancelFunc
+	done      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+	loopMu    sync.Mutex
+	loopErrs  []error
+	loopLost  int
+	afterTick func() // test hook: called after each tick is processed
 }
 
 // New validates cfg (after WithDefaults), builds the Limiter, checks the
