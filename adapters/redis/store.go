@@ -253,7 +253,7 @@ func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, c
 	s.pack(buf, now, limits, consume)
 	cctx, cancel, whose := s.deadline(ctx)
 	defer cancel()
-	resp := s.script.Exec(cctx, s.client, buf.keys, buf.args[:])
+	resp := s.exec(cctx, buf.keys, buf.args[:])
 	if resp.NonRedisError() == nil {
 		// Redis answered: rueidis is done with the arguments.
 		defer s.bufs.Put(buf)
@@ -397,6 +397,8 @@ func (s *Store) mapErr(ctx, cctx context.Context, err error, whose string) error
 	switch {
 	case s.closed.Load():
 		return fmt.Errorf("%w: %w", domain.ErrStoreClosed, err)
+	case classified(err):
+		return err
 	case errors.Is(ctx.Err(), context.Canceled),
 		cctx.Err() == nil && errors.Is(err, context.Canceled):
 		// The caller gave up: not the store's failure.
