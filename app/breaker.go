@@ -17,10 +17,13 @@ import (
 // not a ports.NodeProber is one node, named "".
 //
 // A store fault counts toward the breaker of the node the decision's keys
-// live on; BreakerFailures of them in a row trigger a confirming probe,
-// and only a failed probe opens the breaker. A probe that answers in time
-// proves the store up: the misses were the service's own (a CPU-saturated
-// instance misses deadlines Redis met), and the count starts afresh.
+// live on. BreakerFailures of them in a row open it at once when the last
+// was a refusal or a broken connection (no CPU of the service's causes
+// those), and otherwise, for a missed deadline, trigger a confirming
+// probe with half the store deadline: only a failed probe opens the
+// breaker. A probe that answers in time proves the store up: the misses
+// were the service's own (a CPU-saturated instance misses deadlines Redis
+// met), and the count starts afresh.
 
 // nodeHealth is one node's health.
 type nodeHealth struct {
@@ -88,7 +91,16 @@ func (l *Limiter) storeOutcome(ctx context.Context, node string, err error) erro
 	if n.failures.Add(1) < int64(l.cfg.BreakerFailures) || !n.healthy() {
 		return nil
 	}
-	return l.confirm(ctx, n)
+	if errors.Is(err, domain.ErrStoreTimeout) {
+		// A missed deadline may be the service's own (a saturated CPU):
+		// the store must confirm it.
+		return l.confirm(ctx, n)
+	}
+	// Refused or broken by the store or the link: no CPU of ours does
+	// that. The node's breaker opens at once.
+	_, terr := l.applyProbes(ctx, probeResults{probes: []ports.NodeProbe{{Node: node, Err: err}}})
+	l.retick()
+	return terr
 }
 
 // storeFault reports whether err, from a store call made under ctx, is

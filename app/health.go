@@ -110,7 +110,14 @@ func (l *Limiter) ProbeOnce(ctx context.Context) (domain.SystemState, error) {
 // probeRound probes the store and applies the outcome; the caller holds
 // probeMu. confirming marks the probe's context (ConfirmingProbe).
 func (l *Limiter) probeRound(ctx context.Context, confirming bool) (domain.SystemState, error) {
-	pctx, cancel := context.WithTimeout(ctx, min(l.cfg.ProbeTimeout, l.cfg.StoreTimeout))
+	timeout := min(l.cfg.ProbeTimeout, l.cfg.StoreTimeout)
+	if confirming {
+		// A store that answers a probe within half a decision's budget is
+		// up; one that does not is not, and the breaker opens within about
+		// one and a half deadlines of the first miss (docs/adr/008).
+		timeout = min(l.cfg.ProbeTimeout, l.cfg.StoreTimeout/2)
+	}
+	pctx, cancel := context.WithTimeout(ctx, timeout)
 	if confirming {
 		pctx = context.WithValue(pctx, confirmingKey{}, true)
 	}

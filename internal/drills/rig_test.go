@@ -264,6 +264,9 @@ type probeLog struct {
 type probeResult struct {
 	end time.Time
 	err error
+	// confirm marks a confirming probe: one the breaker ran out of
+	// schedule on missed deadlines (docs/adr/008).
+	confirm bool
 }
 
 // failed reports whether the health machine saw this probe as failed.
@@ -272,7 +275,7 @@ func (p probeResult) failed() bool { return p.err != nil }
 func (l *probeLog) Probe(ctx context.Context) error {
 	err := l.p.Probe(ctx)
 	l.mu.Lock()
-	l.results = append(l.results, probeResult{end: time.Now(), err: err})
+	l.results = append(l.results, probeResult{end: time.Now(), err: err, confirm: app.ConfirmingProbe(ctx)})
 	l.mu.Unlock()
 	return err
 }
