@@ -116,12 +116,13 @@ func isRedirection(re *rueidis.RedisError) bool {
 // string or a ZSET belongs), or a runtime error of the script itself (it
 // met a value it cannot interpret: a string that is not a number). Redis
 // keeps the code of an error raised inside a script (WRONGTYPE ...
-// script: ...), and a Lua runtime error is an ERR naming user_script. An
+// script: ...), and a Lua runtime error names user_script (Redis 7 sends
+// it without a code, older servers after ERR). An
 // OOM, BUSY, LOADING or CLUSTERDOWN is the node's state, not a key's.
 func foreignValueReply(re *rueidis.RedisError) bool {
 	msg := re.Error()
-	return strings.HasPrefix(msg, "WRONGTYPE") ||
-		(strings.HasPrefix(msg, "ERR") && strings.Contains(msg, "user_script"))
+	return strings.HasPrefix(msg, "WRONGTYPE") || strings.HasPrefix(msg, "user_script:") ||
+		(strings.HasPrefix(msg, "ERR") && strings.Contains(msg, "user_script:"))
 }
 
 // foreignValue builds the StoreValueError of a call refused for a key's
