@@ -26,9 +26,9 @@ import (
 // migration refuses with TRYAGAIN).
 const (
 	routeOps   = "POST /api/v1/ops"
-	opsLimit   = 120   // per tenant per hour
-	opsUser    = 1000  // per user per hour: never reached
-	opsUsers   = 16    // users per tenant: keys in the tenant's slot
+	opsLimit   = 120  // per tenant per hour
+	opsUser    = 1000 // per user per hour: never reached
+	opsUsers   = 16   // users per tenant: keys in the tenant's slot
 	opsTenants = 9
 )
 
@@ -152,7 +152,7 @@ func (r *opsRecorder) RecordNodeTransition(_ context.Context, node string, c dom
 	return nil
 }
 
-func (r *opsRecorder) RecordStoreCall(context.Context, ports.StoreCall)      {}
+func (r *opsRecorder) RecordStoreCall(context.Context, ports.StoreCall)     {}
 func (r *opsRecorder) RecordReset(context.Context, ports.ResetRecord) error { return nil }
 
 // openings returns how many times a breaker (the instance's or a node's)
