@@ -6,6 +6,7 @@ import (
 	"maps"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice/domain"
 	"github.com/sluicehq/sluice/ports"
@@ -17,19 +18,34 @@ import (
 // not a ports.NodeProber is one node, named "".
 //
 // A store fault counts toward the breaker of the node the decision's keys
-// live on. BreakerFailures of them in a row open it at once when the last
-// was a refusal or a broken connection (no CPU of the service's causes
-// those), and otherwise, for a missed deadline, trigger a confirming
-// probe with half the store deadline: only a failed probe opens the
-// breaker. A probe that answers in time proves the store up: the misses
-// were the service's own (a CPU-saturated instance misses deadlines Redis
-// met), and the count starts afresh.
+// live on; a success clears the count. BreakerFailures faults in a row
+// open the breaker at once when one of them was a refusal or a broken
+// connection: no CPU of the service's causes those. When every one was a
+// missed deadline, which a saturated service causes as well as a dead
+// store, two witnesses must agree: a confirming probe of the node (a
+// probe that answers within the store deadline proves the store up: the
+// misses were the service's own, and the count starts afresh; a probe
+// that failed while the service itself was starved of CPU proves nothing,
+// and is asked again at the next miss), and the run itself, which must outlast one store deadline with no success in
+// between (a burst's misses come together, between successes; a dead
+// store's never stop).
 
 // nodeHealth is one node's health.
 type nodeHealth struct {
 	machine  domain.HealthMachine // guarded by Limiter.hmu
 	state    atomic.Uint32        // mirrors machine.State() for the hot path
 	failures atomic.Int64         // store faults in a row
+	refused  atomic.Bool          // one of them was a refusal, not a missed deadline
+	runStart atomic.Int64         // when the first of them ended (unix ns); 0 without
+	down     atomic.Bool          // a confirming probe of the run failed
+}
+
+// clear forgets the run of store faults.
+func (n *nodeHealth) clear() {
+	n.failures.Store(0)
+	n.refused.Store(false)
+	n.runStart.Store(0)
+	n.down.Store(false)
 }
 
 func newNodeHealth(clearing int) *nodeHealth {
@@ -73,31 +89,37 @@ func (l *Limiter) allowed(node string) bool {
 }
 
 // storeOutcome accounts one store call on node by its failure class
-// (docs/adr/008): a success or a request fault resets nothing but the
-// count of the store faults in a row (a success) or nothing at all; a
-// store fault counts, and the BreakerFailures-th in a row runs a
-// confirming probe. It returns a Recorder failure met on the way.
+// (docs/adr/008): a success clears the node's run of store faults, a
+// request fault or a safe retry counts for nothing, a store fault extends
+// the run, which may open the node's breaker (see above). It returns a
+// Recorder failure met on the way.
 func (l *Limiter) storeOutcome(ctx context.Context, node string, err error) error {
 	n := l.health(node)
 	if err == nil {
 		if n.failures.Load() != 0 {
-			n.failures.Store(0)
+			n.clear()
 		}
 		return nil
 	}
 	if !storeFault(ctx, err) {
 		return nil
 	}
+	n.runStart.CompareAndSwap(0, l.clock.Now().UnixNano())
+	if !errors.Is(err, domain.ErrStoreTimeout) {
+		n.refused.Store(true)
+	}
 	if n.failures.Add(1) < int64(l.cfg.BreakerFailures) || !n.healthy() {
 		return nil
 	}
-	if errors.Is(err, domain.ErrStoreTimeout) {
-		// A missed deadline may be the service's own (a saturated CPU):
-		// the store must confirm it.
-		return l.confirm(ctx, n)
+	if !n.refused.Load() {
+		if !n.down.Load() && !l.confirm(ctx, node, n) {
+			return nil
+		}
+		if l.clock.Now().UnixNano()-n.runStart.Load() < int64(l.cfg.StoreTimeout) {
+			// Not yet longer than a deadline: the next miss decides.
+			return nil
+		}
 	}
-	// Refused or broken by the store or the link: no CPU of ours does
-	// that. The node's breaker opens at once.
 	_, terr := l.applyProbes(ctx, probeResults{probes: []ports.NodeProbe{{Node: node, Err: err}}})
 	l.retick()
 	return terr
@@ -135,25 +157,73 @@ func requestFault(err error) (domain.Cause, bool) {
 	return "", false
 }
 
-// confirm runs a confirming probe for n's store faults, at most one at a
-// time across the instance, and not while a scheduled probe runs (its
-// outcome is as good). Its outcome drives the machines as any probe's; a
-// good one also clears n's count: the misses were not the store's. The
-// probe runs under its own deadline, whatever the caller's context does.
-func (l *Limiter) confirm(ctx context.Context, n *nodeHealth) error {
+// confirm asks the store whether node answers, with a probe of its own
+// (ConfirmingProbe marks its context) under the store deadline and not
+// the caller's cancellation, one at a time across the instance and never
+// beside a scheduled probe. It reports whether the node is down (the
+// witness is kept in n); when it answers, n's run is cleared: the misses
+// were not the store's. The probe feeds no health machine.
+func (l *Limiter) confirm(ctx context.Context, node string, n *nodeHealth) (down bool) {
 	if !l.confirming.CompareAndSwap(false, true) {
-		return nil
+		return false
 	}
 	defer l.confirming.Store(false)
-	if !l.probeMu.TryLock() {
-		return nil
-	}
+	l.probeMu.Lock()
 	defer l.probeMu.Unlock()
-	_, err := l.probeRound(context.WithoutCancel(ctx), true)
-	if n.healthy() {
-		n.failures.Store(0)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(l.cfg.ProbeTimeout, l.cfg.StoreTimeout))
+	defer cancel()
+	pctx = context.WithValue(pctx, confirmingKey{}, true)
+	lag := l.watchLag()
+	for _, p := range l.probe(pctx).probes {
+		if p.Err != nil && (node == "" || p.Node == node) {
+			down = true
+		}
 	}
-	return err
+	stalled := lag() >= l.cfg.StoreTimeout/2
+	switch {
+	case !down:
+		n.clear()
+	case stalled:
+		// The service itself stalled for half a deadline while the probe
+		// ran (its CPU saturated, or the process descheduled): a probe it
+		// could not read in time proves nothing of the store. The next
+		// miss asks again.
+		return false
+	default:
+		n.down.Store(true)
+	}
+	return down
+}
+
+// lagTick is how often watchLag looks at the clock.
+const lagTick = time.Millisecond
+
+// watchLag measures, until the returned function is called, the longest
+// gap between two looks at the clock by a goroutine that wants to look
+// every lagTick: how long the service could not run a goroutine of its
+// own, which makes every deadline it measures miss. The function returns
+// that gap (0 on a clock that does not move).
+func (l *Limiter) watchLag() func() time.Duration {
+	tk := l.clock.NewTicker(lagTick)
+	stop, done := make(chan struct{}), make(chan time.Duration, 1)
+	go func() {
+		last, worst := l.clock.Now(), time.Duration(0)
+		for {
+			select {
+			case <-stop:
+				done <- max(worst, l.clock.Now().Sub(last))
+				return
+			case <-tk.C():
+				now := l.clock.Now()
+				worst, last = max(worst, now.Sub(last)), now
+			}
+		}
+	}()
+	return func() time.Duration {
+		tk.Stop()
+		close(stop)
+		return <-done
+	}
 }
 
 // probeResults is the outcome of one probe round: one entry per node, or

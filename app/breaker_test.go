@@ -53,9 +53,13 @@ func TestMissedDeadlinesOpenOnlyWhenTheStoreConfirms(t *testing.T) {
 	r := newRigProber(t, cfg, newFaulty(conformance.NewReferenceStore()), prober, conformance.NewReferenceStore())
 	req := app.Request{Route: routeExport, ClientIP: rawIP}
 	r.store.mode.Store(hang)
-	for range 3 * app.DefaultBreakerFailures {
+	miss := func() {
 		d := r.eval(t, req)
-		assert.Equal(t, domain.CauseStoreTimeout, d.Cause)
+		require.Equal(t, domain.CauseStoreTimeout, d.Cause)
+		r.clock.Advance(cfg.StoreTimeout / 2) // misses that outlast a deadline
+	}
+	for range 3 * app.DefaultBreakerFailures {
+		miss()
 	}
 	assert.False(t, r.l.BreakerOpen(), "the store answered the confirming probes: the misses were ours")
 	assert.Equal(t, 3, prober.confirm, "one confirming probe per five misses in a row")
@@ -63,10 +67,38 @@ func TestMissedDeadlinesOpenOnlyWhenTheStoreConfirms(t *testing.T) {
 
 	prober.set(fmt.Errorf("%w: injected", domain.ErrStoreTimeout))
 	for range app.DefaultBreakerFailures {
-		r.eval(t, req)
+		miss()
 	}
-	assert.True(t, r.l.BreakerOpen(), "the store confirmed the misses")
+	assert.True(t, r.l.BreakerOpen(), "the store confirmed the misses, which outlasted a deadline")
 	assert.Equal(t, []domain.StateChange{{From: domain.Healthy, To: domain.Degraded}}, r.rec.changes())
+	assert.Equal(t, 4, prober.confirm, "the witness is asked once per run")
+	assert.Equal(t, 4, prober.probes, "a confirming probe feeds no machine: the loop has not probed")
+}
+
+// TestMissesThatDoNotOutlastADeadline: a burst's misses come together.
+// Even when the confirming probe fails too (the saturated service misses
+// that deadline as well), misses that all end within one store deadline
+// open nothing.
+func TestMissesThatDoNotOutlastADeadline(t *testing.T) {
+	prober := &switchProber{}
+	prober.set(fmt.Errorf("%w: injected", domain.ErrStoreTimeout))
+	cfg := testConfig()
+	cfg.StoreTimeout = time.Millisecond
+	r := newRigProber(t, cfg, newFaulty(conformance.NewReferenceStore()), prober, conformance.NewReferenceStore())
+	r.store.mode.Store(hang)
+	for range 10 * app.DefaultBreakerFailures {
+		r.eval(t, app.Request{Route: routeExport, ClientIP: rawIP})
+	}
+	assert.False(t, r.l.BreakerOpen())
+	assert.Equal(t, 1, prober.confirm)
+	r.store.mode.Store(healthy)
+	r.eval(t, app.Request{Route: routeLogin, ClientIP: rawIP})
+	r.store.mode.Store(hang)
+	for range app.DefaultBreakerFailures {
+		r.eval(t, app.Request{Route: routeExport, ClientIP: rawIP})
+		r.clock.Advance(cfg.StoreTimeout)
+	}
+	assert.True(t, r.l.BreakerOpen(), "a run that outlasts a deadline, confirmed, opens it")
 }
 
 // TestRefusalsOpenAtOnce: a refused connection is no CPU of ours: five in

@@ -58,8 +58,8 @@ func (l *Limiter) probeEvery() time.Duration {
 }
 
 // retick replaces the loop's ticker when the state calls for another
-// interval. It runs in the loop after a probe and wherever a confirming
-// probe changed the state; the new ticker exists when it returns, so a
+// interval. It runs in the loop after a probe and wherever store faults
+// opened a breaker; the new ticker exists when it returns, so a
 // test that moves a fake clock next finds it.
 func (l *Limiter) retick() {
 	every := l.probeEvery()
@@ -104,30 +104,10 @@ func (l *Limiter) stopTicker() {
 func (l *Limiter) ProbeOnce(ctx context.Context) (domain.SystemState, error) {
 	l.probeMu.Lock()
 	defer l.probeMu.Unlock()
-	return l.probeRound(ctx, false)
-}
-
-// probeRound probes the store and applies the outcome; the caller holds
-// probeMu. confirming marks the probe's context (ConfirmingProbe).
-func (l *Limiter) probeRound(ctx context.Context, confirming bool) (domain.SystemState, error) {
-	timeout := min(l.cfg.ProbeTimeout, l.cfg.StoreTimeout)
-	if confirming {
-		// A store that answers a probe within half a decision's budget is
-		// up; one that does not is not, and the breaker opens within about
-		// one and a half deadlines of the first miss (docs/adr/008).
-		timeout = min(l.cfg.ProbeTimeout, l.cfg.StoreTimeout/2)
-	}
-	pctx, cancel := context.WithTimeout(ctx, timeout)
-	if confirming {
-		pctx = context.WithValue(pctx, confirmingKey{}, true)
-	}
+	pctx, cancel := context.WithTimeout(ctx, min(l.cfg.ProbeTimeout, l.cfg.StoreTimeout))
 	res := l.probe(pctx)
 	cancel()
-	st, err := l.applyProbes(ctx, res)
-	if confirming {
-		l.retick()
-	}
-	return st, err
+	return l.applyProbes(ctx, res)
 }
 
 // probe runs the Prober: per node when it can (ports.NodeProber).
@@ -171,9 +151,10 @@ func nodeErrs(probes []ports.NodeProbe) []error {
 type confirmingKey struct{}
 
 // ConfirmingProbe reports whether ctx is that of a confirming probe: a
-// probe the breaker runs out of schedule when store faults pile up
-// (docs/adr/008), rather than one of the health loop's. A Prober that
-// logs its probes may tell the two apart with it.
+// probe the breaker runs out of schedule when missed deadlines pile up,
+// as a witness that the store is down, rather than one of the health
+// loop's; its outcome feeds no health machine (docs/adr/008). A Prober
+// that logs its probes may tell the two apart with it.
 func ConfirmingProbe(ctx context.Context) bool {
 	v, _ := ctx.Value(confirmingKey{}).(bool)
 	return v

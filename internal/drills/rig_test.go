@@ -434,6 +434,9 @@ func checkRecovery(t *testing.T, j *journal, from int, clearing int) int {
 	m, _, _, _ := domain.NewHealthMachine(clearing).Apply(domain.ProbeFailed)
 	next := from + 1
 	for p := start.probes + 1; p <= len(probes); p++ {
+		if probes[p-1].confirm {
+			continue // a witness of store faults, not a health event
+		}
 		ev := domain.ProbeOK
 		if probes[p-1].failed() {
 			ev = domain.ProbeFailed
@@ -481,6 +484,12 @@ func replayAll(t *testing.T, j *journal, clearing int) (inBand int) {
 	}
 	tripsAfter(0)
 	for p := 1; p <= len(probes); p++ {
+		if probes[p-1].confirm {
+			// A confirming probe is a witness of store faults, not a
+			// health event: only an in-band trip may follow it.
+			tripsAfter(p)
+			continue
+		}
 		ev := domain.ProbeOK
 		if probes[p-1].failed() {
 			ev = domain.ProbeFailed
