@@ -52,11 +52,6 @@ type countingProber struct {
 func (p *countingProber) ProbeNodes(ctx context.Context) ([]ports.NodeProbe, error) {
 	probes, err := p.NodeProber.ProbeNodes(ctx)
 	p.probes.Add(1)
-	for _, n := range probes {
-		if n.Err != nil {
-			fmt.Println("PROBE FAILED", app.ConfirmingProbe(ctx), n.Err)
-		}
-	}
 	if app.ConfirmingProbe(ctx) {
 		p.confirms.Add(1)
 		failed := err != nil
@@ -65,7 +60,6 @@ func (p *countingProber) ProbeNodes(ctx context.Context) ([]ports.NodeProbe, err
 		}
 		if failed {
 			p.confirmFailed.Add(1)
-			fmt.Println("CONFIRM FAILED", err, probes)
 		}
 	}
 	return probes, err
@@ -163,7 +157,6 @@ func TestBurstOpensNoBreaker(t *testing.T) {
 	}
 	slices.Sort(lat)
 	timeouts := rec.errors()["timeout"]
-	fmt.Println("ERRS", rec.errors())
 	figure(t, "burst.breaker", "%d bursts of %d concurrent GET /api/v1/search (one user each, demo configuration, Redis): %d breaker openings; %d store calls missed the 50 ms deadline; %d confirming probes, %d failed; statuses %v; %d bursts not exactly 5 admitted; latency p50 %s p99 %s",
 		n, burstSize, opened, timeouts, prober.confirms.Load(), prober.confirmFailed.Load(), statuses, inexact,
 		ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]))
