@@ -46,24 +46,21 @@ type Prober struct {
 
 var _ ports.NodeProber = (*Prober)(nil)
 
-// Prober returns the health check of s, sharing its connections. On a
-// cluster it reads the slot map at once (within DefaultProbeTimeout), so
-// that NodeOf can name the master of a key before the first probe.
+// Prober returns the health check of s, sharing its connections. It
+// probes once at once (within DefaultProbeTimeout): on a cluster, NodeOf
+// can then name the master of a key before the health loop's first probe,
+// and every node's probe connection is open.
 func (s *Store) Prober() *Prober {
 	p := &Prober{s: s}
-	if s.client.Mode() != rueidis.ClientModeCluster {
-		for addr := range s.client.Nodes() {
-			p.topo.Store(&topology{single: addr})
-		}
+	if s.closed.Load() {
 		return p
 	}
-	if !s.closed.Load() {
-		ctx, cancel := context.WithTimeout(context.Background(), DefaultProbeTimeout)
-		defer cancel()
-		if t, err := p.readSlots(ctx); err == nil {
-			p.topo.Store(t)
-		}
-	}
+	// One probe now reads the slot map and opens the connection each
+	// node's probes use, so that the first probe a burst of store faults
+	// triggers does not pay for a handshake under its deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultProbeTimeout)
+	defer cancel()
+	_, _ = p.ProbeNodes(ctx)
 	return p
 }
 
