@@ -36,15 +36,36 @@ type nodeHealth struct {
 	state    atomic.Uint32        // mirrors machine.State() for the hot path
 	failures atomic.Int64         // store faults in a row
 	refused  atomic.Bool          // one of them was a refusal, not a missed deadline
-	runStart atomic.Int64         // when the first of them ended (unix ns); 0 without
+	first    atomic.Int64         // when the earliest of their calls began (unix ns); 0 without
+	last     atomic.Int64         // when the latest of their calls began (unix ns)
 	down     atomic.Bool          // a confirming probe of the run failed
+}
+
+// began extends the run's span of call starts with one at t (unix ns).
+func (n *nodeHealth) began(t int64) {
+	for f := n.first.Load(); f == 0 || t < f; f = n.first.Load() {
+		if n.first.CompareAndSwap(f, t) {
+			break
+		}
+	}
+	for l := n.last.Load(); t > l; l = n.last.Load() {
+		if n.last.CompareAndSwap(l, t) {
+			break
+		}
+	}
+}
+
+// span is how far apart the run's calls began.
+func (n *nodeHealth) span() time.Duration {
+	return time.Duration(n.last.Load() - n.first.Load())
 }
 
 // clear forgets the run of store faults.
 func (n *nodeHealth) clear() {
 	n.failures.Store(0)
 	n.refused.Store(false)
-	n.runStart.Store(0)
+	n.first.Store(0)
+	n.last.Store(0)
 	n.down.Store(false)
 }
 
@@ -93,7 +114,7 @@ func (l *Limiter) allowed(node string) bool {
 // request fault or a safe retry counts for nothing, a store fault extends
 // the run, which may open the node's breaker (see above). It returns a
 // Recorder failure met on the way.
-func (l *Limiter) storeOutcome(ctx context.Context, node string, err error) error {
+func (l *Limiter) storeOutcome(ctx context.Context, node string, start time.Time, err error) error {
 	n := l.health(node)
 	if err == nil {
 		if n.failures.Load() != 0 {
@@ -104,7 +125,7 @@ func (l *Limiter) storeOutcome(ctx context.Context, node string, err error) erro
 	if !storeFault(ctx, err) {
 		return nil
 	}
-	n.runStart.CompareAndSwap(0, l.clock.Now().UnixNano())
+	n.began(start.UnixNano())
 	if !errors.Is(err, domain.ErrStoreTimeout) {
 		n.refused.Store(true)
 	}
@@ -115,8 +136,9 @@ func (l *Limiter) storeOutcome(ctx context.Context, node string, err error) erro
 		if !n.down.Load() && !l.confirm(ctx, node, n) {
 			return nil
 		}
-		if l.clock.Now().UnixNano()-n.runStart.Load() < int64(l.cfg.StoreTimeout) {
-			// Not yet longer than a deadline: the next miss decides.
+		if n.span() < l.cfg.StoreTimeout {
+			// Calls that all began within one deadline: a burst, or the
+			// first of an outage; the next miss decides.
 			return nil
 		}
 	}

@@ -413,7 +413,7 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 		return
 	}
 	res, start, err := l.callStore(ctx, ev, ports.OpEvaluate)
-	ev.transErr = l.storeOutcome(ctx, node, err)
+	ev.transErr = l.storeOutcome(ctx, node, start, err)
 	if err == nil {
 		l.fromResult(ev, &res, domain.SourcePrimary)
 		if !res.Allowed {
