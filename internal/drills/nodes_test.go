@@ -102,11 +102,10 @@ func (r *opsRig) tenantsOn(t *testing.T, m redistest.ClusterNode, prefix string,
 // opsRecorder records transitions (the instance's and each node's) and
 // the errors of degraded decisions.
 type opsRecorder struct {
-	mu     sync.Mutex
-	trans  []domain.StateChange
-	nodes  []string
-	errs   map[string]int
-	onFail func(error)
+	mu    sync.Mutex
+	trans []domain.StateChange
+	nodes []string
+	errs  map[string]int
 }
 
 func (r *opsRecorder) RecordDecision(_ context.Context, rec ports.DecisionRecord) error {
