@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,28 +38,28 @@ const DefaultProbeTimeout = time.Second
 type Prober struct {
 	s    *Store
 	topo atomic.Pointer[topology]
-	// busy holds, per node address, an *atomic.Bool set while a probe of
-	// the node is under way (onOwnConn).
-	busy sync.Map
 }
 
 var _ ports.NodeProber = (*Prober)(nil)
 
-// Prober returns the health check of s, sharing its connections. It
-// probes once at once (within DefaultProbeTimeout): on a cluster, NodeOf
-// can then name the master of a key before the health loop's first probe,
-// and every node's probe connection is open.
+// Prober returns the health check of s, sharing its connections. On a
+// cluster it reads the slot map at once (within DefaultProbeTimeout), so
+// that NodeOf can name the master of a key before the first probe.
 func (s *Store) Prober() *Prober {
 	p := &Prober{s: s}
-	if s.closed.Load() {
+	if s.client.Mode() != rueidis.ClientModeCluster {
+		for addr := range s.client.Nodes() {
+			p.topo.Store(&topology{single: addr})
+		}
 		return p
 	}
-	// One probe now reads the slot map and opens the connection each
-	// node's probes use, so that the first probe a burst of store faults
-	// triggers does not pay for a handshake under its deadline.
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultProbeTimeout)
-	defer cancel()
-	_, _ = p.ProbeNodes(ctx)
+	if !s.closed.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultProbeTimeout)
+		defer cancel()
+		if t, err := p.readSlots(ctx); err == nil {
+			p.topo.Store(t)
+		}
+	}
 	return p
 }
 
@@ -136,7 +135,7 @@ func probeDeadline(ctx context.Context) (context.Context, context.CancelFunc, st
 	return cctx, cancel, "the probe's own timeout of " + DefaultProbeTimeout.String()
 }
 
-func probeNode(ctx context.Context, addr string, c rueidis.CoreClient) (NodeMemory, error) {
+func probeNode(ctx context.Context, addr string, c rueidis.Client) (NodeMemory, error) {
 	m := NodeMemory{Addr: addr}
 	if err := c.Do(ctx, c.B().Ping().Build()).Error(); err != nil {
 		return m, err
@@ -323,10 +322,7 @@ func (p *Prober) ProbeNodes(ctx context.Context) ([]ports.NodeProbe, error) {
 	if s.client.Mode() != rueidis.ClientModeCluster {
 		var out []ports.NodeProbe
 		for addr, c := range nodes {
-			err := p.onOwnConn(cctx, addr, c, func(dc rueidis.DedicatedClient) error {
-				_, err := probeNode(cctx, addr, dc)
-				return err
-			})
+			_, err := probeNode(cctx, addr, c)
 			if err != nil {
 				err = fmt.Errorf("probing %s: %w", addr, s.mapErr(ctx, cctx, err, whose))
 			}
@@ -349,7 +345,7 @@ func (p *Prober) ProbeNodes(ctx context.Context) ([]ports.NodeProbe, error) {
 			continue
 		}
 		wg.Go(func() {
-			err := p.onOwnConn(cctx, addr, c, func(dc rueidis.DedicatedClient) error { return probeMaster(cctx, addr, key, dc) })
+			err := probeMaster(cctx, addr, key, c)
 			if err != nil {
 				err = fmt.Errorf("probing %s: %w", addr, s.mapErr(ctx, cctx, err, whose))
 			}
@@ -364,7 +360,7 @@ func (p *Prober) ProbeNodes(ctx context.Context) ([]ports.NodeProbe, error) {
 }
 
 // probeMaster reads a key of the master's slots, then INFO memory.
-func probeMaster(ctx context.Context, addr, key string, c rueidis.CoreClient) error {
+func probeMaster(ctx context.Context, addr, key string, c rueidis.Client) error {
 	err := c.Do(ctx, c.B().Exists().Key(key).Build()).Error()
 	if re, ok := rueidis.IsRedisErr(err); ok && isRedirection(re) {
 		// The slot moved since the map was read: the node answered.
@@ -451,36 +447,5 @@ func keyInSlots(first, last uint16) string {
 		if s := Slot(key); s >= first && s <= last {
 			return key
 		}
-	}
-}
-
-// onOwnConn runs probe on a connection of its own, borrowed from the
-// client's pool of dedicated connections, never on the pipelined one the
-// decisions share: a burst queues hundreds of scripts there, and a probe
-// behind them measures the queue, not Redis and the link (Redis answers a
-// client of its own between the burst's commands; docs/adr/008).
-//
-// A dedicated connection is synchronous, and rueidis' handshake of a new
-// one does not heed the context: the probe runs in a goroutine of its own
-// and onOwnConn returns at ctx's end whatever it does. At most one such
-// goroutine per node outlives its probe (until rueidis gives up on the
-// connection, or Close): a probe of a node whose previous probe is still
-// unanswered fails at once, as a timeout.
-func (p *Prober) onOwnConn(ctx context.Context, addr string, c rueidis.Client, probe func(rueidis.DedicatedClient) error) error {
-	v, _ := p.busy.LoadOrStore(addr, new(atomic.Bool))
-	busy := v.(*atomic.Bool)
-	if !busy.CompareAndSwap(false, true) {
-		return fmt.Errorf("the previous probe of %s is still unanswered: %w", addr, os.ErrDeadlineExceeded)
-	}
-	done := make(chan error, 1)
-	go func() {
-		defer busy.Store(false)
-		done <- c.Dedicated(probe)
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
