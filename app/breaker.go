@@ -25,10 +25,11 @@ import (
 // store, two witnesses must agree: a confirming probe of the node (a
 // probe that answers within the store deadline proves the store up: the
 // misses were the service's own, and the count starts afresh; a probe
-// that failed while the service itself was starved of CPU proves nothing,
-// and is asked again at the next miss), and the run itself, which must outlast one store deadline with no success in
-// between (a burst's misses come together, between successes; a dead
-// store's never stop).
+// that failed while the service itself stalled proves nothing, and is
+// asked again at the next miss), and the run itself, whose calls must
+// have begun at least one store deadline apart with no success in between
+// (a burst's calls begin together; a dead store also fails the calls
+// begun after its first misses).
 
 // nodeHealth is one node's health.
 type nodeHealth struct {
@@ -271,7 +272,6 @@ func (l *Limiter) applyProbes(ctx context.Context, res probeResults) (domain.Sys
 	if !res.all {
 		maps.Copy(next, old)
 	}
-	var failed bool
 	for _, p := range res.probes {
 		n, ok := next[p.Node]
 		if !ok {
@@ -282,7 +282,7 @@ func (l *Limiter) applyProbes(ctx context.Context, res probeResults) (domain.Sys
 		}
 		ev := domain.ProbeOK
 		if p.Err != nil {
-			ev, failed = domain.ProbeFailed, true
+			ev = domain.ProbeFailed
 		}
 		m, change, changed, err := n.machine.Apply(ev)
 		if err != nil {
@@ -292,19 +292,18 @@ func (l *Limiter) applyProbes(ctx context.Context, res probeResults) (domain.Sys
 		n.machine = m
 		n.state.Store(uint32(m.State()))
 		if changed {
-			// A fresh state starts a fresh count of store faults.
-			n.failures.Store(0)
+			// A fresh state starts a fresh run of store faults.
+			n.clear()
 			nodeChanges = append(nodeChanges, nodeChange{p.Node, change})
 		}
 	}
 	l.nodes.Store(&next)
+	from, to := l.SystemState(), worst(next)
 	// The unattributed calls follow the store as a whole.
-	l.unknown.state.Store(uint32(worst(next)))
-	if failed {
-		l.unknown.failures.Store(0)
+	l.unknown.state.Store(uint32(to))
+	if from != to {
+		l.unknown.clear()
 	}
-	from := l.SystemState()
-	to := worst(next)
 	l.state.Store(uint32(to))
 	l.hmu.Unlock()
 

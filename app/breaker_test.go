@@ -73,6 +73,21 @@ func TestMissedDeadlinesOpenOnlyWhenTheStoreConfirms(t *testing.T) {
 	assert.Equal(t, []domain.StateChange{{From: domain.Healthy, To: domain.Degraded}}, r.rec.changes())
 	assert.Equal(t, 4, prober.confirm, "the witness is asked once per run")
 	assert.Equal(t, 4, prober.probes, "a confirming probe feeds no machine: the loop has not probed")
+
+	// Recovered, a new run of misses needs its own witness: the last
+	// run's is forgotten.
+	prober.set(nil)
+	r.store.mode.Store(healthy)
+	for range 3 {
+		r.tick(t)
+	}
+	require.False(t, r.l.BreakerOpen())
+	r.store.mode.Store(hang)
+	for range app.DefaultBreakerFailures {
+		miss()
+	}
+	assert.False(t, r.l.BreakerOpen(), "the store answers the new run's confirming probe")
+	assert.Equal(t, 5, prober.confirm)
 }
 
 // TestMissesThatDoNotOutlastADeadline: a burst's misses come together.
