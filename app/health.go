@@ -129,9 +129,9 @@ func (l *Limiter) probe(ctx context.Context) probeResults {
 		}
 		return probeResults{probes: probes}
 	}
-	if _, ok := known[""]; ok {
+	if n, ok := known[""]; ok && !n.healthy() {
 		// The store was down before any node was known: "" follows the
-		// whole store until it has cleared.
+		// whole store until it has cleared, and then leaves.
 		probes = append(probes, ports.NodeProbe{Err: errors.Join(nodeErrs(probes)...)})
 	}
 	return probeResults{probes: probes, all: true}
