@@ -297,6 +297,11 @@ func (l *Limiter) applyProbes(ctx context.Context, res probeResults) (domain.Sys
 			nodeChanges = append(nodeChanges, nodeChange{p.Node, change})
 		}
 	}
+	if n, ok := next[""]; ok && res.all && l.nodeProber != nil && n.healthy() {
+		// The unattributed entry of a store down before any node was
+		// known has cleared: its nodes speak for themselves now.
+		delete(next, "")
+	}
 	l.nodes.Store(&next)
 	from, to := l.SystemState(), worst(next)
 	// The unattributed calls follow the store as a whole.

@@ -372,3 +372,53 @@ func TestRecoveryProbeInterval(t *testing.T) {
 		t.Fatal("no probe at the configured interval")
 	}
 }
+
+// bootProber is a store of one node, "a", unreachable until up: no node
+// is known while it is down.
+type bootProber struct {
+	mu sync.Mutex
+	up bool
+}
+
+func (p *bootProber) NodeOf(string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.up {
+		return ""
+	}
+	return "a"
+}
+
+func (p *bootProber) ProbeNodes(context.Context) ([]ports.NodeProbe, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.up {
+		return nil, fmt.Errorf("%w: no node answers", domain.ErrStoreUnavailable)
+	}
+	return []ports.NodeProbe{{Node: "a"}}, nil
+}
+
+func (p *bootProber) Probe(ctx context.Context) error {
+	_, err := p.ProbeNodes(ctx)
+	return err
+}
+
+// TestStoreDownBeforeAnyNodeIsKnown: a cluster no node of which answers
+// (at boot, say) degrades the decisions on no known node, and once the
+// store answers, they follow its nodes.
+func TestStoreDownBeforeAnyNodeIsKnown(t *testing.T) {
+	p := &bootProber{}
+	r := newRigProber(t, testConfig(), newFaulty(conformance.NewReferenceStore()), p, conformance.NewReferenceStore())
+	req := app.Request{Route: routeLogin, ClientIP: rawIP}
+	require.Equal(t, domain.Degraded, r.tick(t))
+	assert.Equal(t, map[string]domain.SystemState{"": domain.Degraded}, r.l.NodeStates())
+	assert.Equal(t, domain.CauseBreakerOpen, r.eval(t, req).Cause)
+	p.mu.Lock()
+	p.up = true
+	p.mu.Unlock()
+	for _, want := range []domain.SystemState{domain.Recovering, domain.Recovering, domain.Healthy} {
+		require.Equal(t, want, r.tick(t))
+	}
+	assert.Equal(t, map[string]domain.SystemState{"a": domain.Healthy}, r.l.NodeStates(), "the unattributed entry left once cleared")
+	assert.Equal(t, domain.Allowed, r.eval(t, req).State)
+}

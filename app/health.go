@@ -129,9 +129,9 @@ func (l *Limiter) probe(ctx context.Context) probeResults {
 		}
 		return probeResults{probes: probes}
 	}
-	if n, ok := known[""]; ok && !n.healthy() {
+	if _, ok := known[""]; ok {
 		// The store was down before any node was known: "" follows the
-		// whole store until it has cleared, and then leaves.
+		// whole store until it has cleared (applyProbes then drops it).
 		probes = append(probes, ports.NodeProbe{Err: errors.Join(nodeErrs(probes)...)})
 	}
 	return probeResults{probes: probes, all: true}
