@@ -42,7 +42,7 @@ func (l *Limiter) Peek(ctx context.Context, req Request) (domain.Decision, error
 		ev.d.State, ev.d.Cause, ev.d.Remaining = domain.Allowed, domain.CauseNoWindow, -1
 		return ev.d, nil
 	}
-	if l.BreakerOpen() {
+	if !l.allowed(l.nodeOf(ev)) {
 		return domain.Decision{}, fmt.Errorf("%w: %w", domain.ErrStoreUnavailable, ErrBreakerOpen)
 	}
 	res, _, err := l.callStore(ctx, ev, ports.OpPeek)

@@ -87,6 +87,8 @@ type batch struct {
 	done chan struct{}
 	rep  domain.Repeated
 	err  error
+	// callStart is when the call began, on the Limiter's clock.
+	callStart time.Time
 	// counted is taken by the one member that counts the call's outcome.
 	counted atomic.Bool
 }
@@ -176,6 +178,7 @@ func (c *coalescer) wait(ctx context.Context, ev *evaluation, sh *coalesceShard,
 	}
 	ev.latency = l.clock.Now().Sub(start)
 	ev.madeCall = b.counted.CompareAndSwap(false, true)
+	ev.callStart = b.callStart
 	if b.err != nil {
 		return domain.Result{}, b.err
 	}
@@ -216,7 +219,7 @@ func (c *coalescer) call(sh *coalesceShard, fp uint64, b *batch) {
 	}
 	latency := l.clock.Now().Sub(start)
 	cancel()
-	b.err = classify(err)
+	b.err, b.callStart = classify(err), start
 	// Recorded before its decisions are: a decision's store call is never
 	// missing from the record once the decision is out.
 	l.rec.RecordStoreCall(b.ctx, ports.StoreCall{Op: ports.OpEvaluate, Start: start, Latency: latency, Keys: b.nlimits, Err: b.err})

@@ -33,6 +33,9 @@ const (
 	DefaultProbeInterval   = 10 * time.Second
 	DefaultProbeTimeout    = time.Second
 	DefaultBreakerFailures = 5
+	// DefaultRecoveryProbeInterval is the health loop's period while the
+	// instance is DEGRADED or RECOVERING (docs/adr/008).
+	DefaultRecoveryProbeInterval = time.Second
 	// DefaultPlanCeiling: a plan may raise a window's limit to at most 100
 	// times the profile's own.
 	DefaultPlanCeiling = 100
@@ -115,6 +118,12 @@ type Config struct {
 	StoreTimeout time.Duration `yaml:"store_timeout" validate:"min=1ms,max=10s"`
 	// ProbeInterval is the health loop's period (default 10 s).
 	ProbeInterval time.Duration `yaml:"probe_interval" validate:"min=1ms,max=1h"`
+	// RecoveryProbeInterval is the health loop's period while a node of
+	// the store is DEGRADED or RECOVERING (default 1 s; never longer than
+	// ProbeInterval): the clearing probes then close the breaker seconds
+	// after the store is back, whatever the healthy interval
+	// (docs/adr/008).
+	RecoveryProbeInterval time.Duration `yaml:"recovery_probe_interval" validate:"min=1ms,max=1h"`
 	// ProbeTimeout bounds one probe (default 1 s, at most ProbeInterval).
 	// A probe also fails when it takes longer than StoreTimeout: a store
 	// too slow for a decision's deadline is not healthy (docs/adr/005).
@@ -123,8 +132,11 @@ type Config struct {
 	// DEGRADED back to HEALTHY (default 3; 1 behaves as 2, see
 	// domain.NewHealthMachine).
 	ClearingProbes int `yaml:"clearing_probes" validate:"min=1,max=1000"`
-	// BreakerFailures is how many consecutive in-band store failures open
-	// the breaker between probes (default 5).
+	// BreakerFailures is how many store faults in a row, on one node,
+	// trigger a confirming probe between scheduled ones (default 5); the
+	// breaker opens only if that probe fails too, so that deadlines missed
+	// by a saturated service, while the store answers, open nothing.
+	// Request faults and safe retries never count (docs/adr/008).
 	BreakerFailures int `yaml:"breaker_failures" validate:"min=1,max=100000"`
 	// RedisMemoryBudgetMB, when set, is checked against Redis maxmemory at
 	// boot; a smaller or unreadable maxmemory is a warning (Limiter.Warnings).
@@ -329,6 +341,7 @@ func (c Config) WithDefaults() Config {
 	c.StoreTimeout = cmp.Or(c.StoreTimeout, DefaultStoreTimeout)
 	c.ProbeInterval = cmp.Or(c.ProbeInterval, DefaultProbeInterval)
 	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, min(DefaultProbeTimeout, c.ProbeInterval))
+	c.RecoveryProbeInterval = cmp.Or(c.RecoveryProbeInterval, DefaultRecoveryProbeInterval)
 	c.ClearingProbes = cmp.Or(c.ClearingProbes, domain.DefaultClearingProbes)
 	c.BreakerFailures = cmp.Or(c.BreakerFailures, DefaultBreakerFailures)
 	c.PlanCeiling = cmp.Or(c.PlanCeiling, DefaultPlanCeiling)

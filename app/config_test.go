@@ -40,6 +40,7 @@ func TestParseConfigReadsEveryField(t *testing.T) {
 	assert.Equal(t, app.Secret(testSecret), cfg.HMACSecret)
 	assert.Equal(t, 40*time.Millisecond, cfg.StoreTimeout)
 	assert.Equal(t, 5*time.Second, cfg.ProbeInterval)
+	assert.Equal(t, 500*time.Millisecond, cfg.RecoveryProbeInterval)
 	assert.Equal(t, time.Second, cfg.ProbeTimeout, "default probe timeout")
 	assert.Equal(t, 4, cfg.ClearingProbes)
 	assert.Equal(t, 7, cfg.BreakerFailures)

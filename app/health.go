@@ -25,17 +25,23 @@ const maxLoopErrors = 8
 type MemoryCheck func(ctx context.Context, budgetBytes int64) (warnings []string, err error)
 
 // healthLoop probes the store on every tick of the clock until Close.
+// The ticker runs at Config.ProbeInterval while the instance is HEALTHY
+// and at the recovery interval otherwise (retick), so that recovery takes
+// seconds whatever the healthy interval (docs/adr/008).
 func (l *Limiter) healthLoop() {
 	defer l.wg.Done()
-	defer l.ticker.Stop()
+	defer l.stopTicker()
 	for {
 		select {
 		case <-l.done:
 			return
-		case <-l.ticker.C():
+		case <-l.tickerChanged:
+			// retick replaced the ticker: wait on the new one.
+		case <-l.currentTicker().C():
 			if _, err := l.ProbeOnce(l.loopCtx); err != nil {
 				l.keepLoopErr(err)
 			}
+			l.retick()
 			if l.afterTick != nil {
 				l.afterTick()
 			}
@@ -43,11 +49,52 @@ func (l *Limiter) healthLoop() {
 	}
 }
 
-// ProbeOnce runs one health probe now, feeds its outcome to the health
-// machine and records the transition, if any. It returns the state after
-// the probe; the error is non-nil only when the Recorder failed (a failed
-// probe is an event, not an error). The health loop calls it on every
-// interval; tests and boot code may call it too.
+// probeEvery is the interval the health loop should tick at now.
+func (l *Limiter) probeEvery() time.Duration {
+	if l.SystemState() == domain.Healthy {
+		return l.cfg.ProbeInterval
+	}
+	return min(l.cfg.RecoveryProbeInterval, l.cfg.ProbeInterval)
+}
+
+// retick replaces the loop's ticker when the state calls for another
+// interval. It runs in the loop after a probe and wherever store faults
+// opened a breaker; the new ticker exists when it returns, so a
+// test that moves a fake clock next finds it.
+func (l *Limiter) retick() {
+	every := l.probeEvery()
+	l.tickMu.Lock()
+	defer l.tickMu.Unlock()
+	if l.tickStopped || every == l.tickEvery {
+		return
+	}
+	l.ticker.Stop()
+	l.ticker, l.tickEvery = l.clock.NewTicker(every), every
+	select {
+	case l.tickerChanged <- struct{}{}:
+	default:
+	}
+}
+
+func (l *Limiter) currentTicker() ports.Ticker {
+	l.tickMu.Lock()
+	defer l.tickMu.Unlock()
+	return l.ticker
+}
+
+func (l *Limiter) stopTicker() {
+	l.tickMu.Lock()
+	defer l.tickMu.Unlock()
+	l.tickStopped = true
+	l.ticker.Stop()
+}
+
+// ProbeOnce runs one probe round now, feeds its outcome to the health
+// machines (one per node of the store, docs/adr/008) and records the
+// transitions, if any. It returns the instance's state after the probe
+// (the worst node's); the error is non-nil only when the Recorder failed
+// (a failed probe is an event, not an error). The health loop calls it on
+// every interval; tests and boot code may call it too.
 //
 // A probe has Config.ProbeTimeout, and no more than Config.StoreTimeout:
 // a store too slow to answer a decision in time is not healthy, and
@@ -55,52 +102,62 @@ func (l *Limiter) healthLoop() {
 // to miss their deadline and open it again, over and over
 // (docs/adr/005).
 func (l *Limiter) ProbeOnce(ctx context.Context) (domain.SystemState, error) {
+	l.probeMu.Lock()
+	defer l.probeMu.Unlock()
 	pctx, cancel := context.WithTimeout(ctx, min(l.cfg.ProbeTimeout, l.cfg.StoreTimeout))
-	err := l.prober.Probe(pctx)
+	res := l.probe(pctx)
 	cancel()
-	ev := domain.ProbeOK
-	if err != nil {
-		ev = domain.ProbeFailed
-	}
-	return l.apply(ctx, ev)
+	return l.applyProbes(ctx, res)
 }
 
-// apply feeds one event to the machine and records the transition.
-func (l *Limiter) apply(ctx context.Context, ev domain.HealthEvent) (domain.SystemState, error) {
-	l.mu.Lock()
-	next, change, changed, err := l.machine.Apply(ev)
+// probe runs the Prober: per node when it can (ports.NodeProber).
+func (l *Limiter) probe(ctx context.Context) probeResults {
+	if l.nodeProber == nil {
+		return probeResults{probes: []ports.NodeProbe{{Err: l.prober.Probe(ctx)}}, all: true}
+	}
+	probes, err := l.nodeProber.ProbeNodes(ctx)
+	known := *l.nodes.Load()
 	if err != nil {
-		l.mu.Unlock()
-		return l.SystemState(), err
+		// No node answered: every node known is down, and so are the
+		// decisions on no known node.
+		probes = probes[:0]
+		for name := range known {
+			probes = append(probes, ports.NodeProbe{Node: name, Err: err})
+		}
+		if len(known) == 0 {
+			probes = append(probes, ports.NodeProbe{Err: err})
+		}
+		return probeResults{probes: probes}
 	}
-	l.machine = next
-	l.state.Store(uint32(next.State()))
-	if changed {
-		// A fresh state starts a fresh count of in-band failures.
-		l.failures.Store(0)
+	if _, ok := known[""]; ok {
+		// The store was down before any node was known: "" follows the
+		// whole store until it has cleared (applyProbes then drops it).
+		probes = append(probes, ports.NodeProbe{Err: errors.Join(nodeErrs(probes)...)})
 	}
-	l.mu.Unlock()
-	if !changed {
-		return next.State(), nil
-	}
-	return next.State(), l.rec.RecordTransition(ctx, change, l.clock.Now())
+	return probeResults{probes: probes, all: true}
 }
 
-// inBandFailure counts one failed store call; the BreakerFailures-th in a
-// row, while HEALTHY, counts as a failed probe: the breaker opens, and
-// recovery follows the probes through RECOVERING like any other outage.
-func (l *Limiter) inBandFailure(ctx context.Context) error {
-	if l.failures.Add(1) < int64(l.cfg.BreakerFailures) {
-		return nil
+func nodeErrs(probes []ports.NodeProbe) []error {
+	var errs []error
+	for _, p := range probes {
+		if p.Err != nil {
+			errs = append(errs, p.Err)
+		}
 	}
-	l.mu.Lock()
-	trip := l.machine.State() == domain.Healthy && l.failures.Load() >= int64(l.cfg.BreakerFailures)
-	l.mu.Unlock()
-	if !trip {
-		return nil
-	}
-	_, err := l.apply(ctx, domain.ProbeFailed)
-	return err
+	return errs
+}
+
+// confirmingKey marks the context of a confirming probe.
+type confirmingKey struct{}
+
+// ConfirmingProbe reports whether ctx is that of a confirming probe: a
+// probe the breaker runs out of schedule when missed deadlines pile up,
+// as a witness that the store is down, rather than one of the health
+// loop's; its outcome feeds no health machine (docs/adr/008). A Prober
+// that logs its probes may tell the two apart with it.
+func ConfirmingProbe(ctx context.Context) bool {
+	v, _ := ctx.Value(confirmingKey{}).(bool)
+	return v
 }
 
 func (l *Limiter) keepLoopErr(err error) {

@@ -239,7 +239,12 @@ func (r *rig) tick(t *testing.T) domain.SystemState {
 	for len(r.ticks) > 0 {
 		<-r.ticks // forget ticks of earlier clock moves
 	}
-	r.clock.Advance(r.l.Config().ProbeInterval)
+	// The loop ticks at the recovery interval outside HEALTHY.
+	every := r.l.Config().ProbeInterval
+	if r.l.SystemState() != domain.Healthy {
+		every = min(every, r.l.Config().RecoveryProbeInterval)
+	}
+	r.clock.Advance(every)
 	select {
 	case <-r.ticks:
 	case <-time.After(10 * time.Second):

@@ -87,19 +87,23 @@ type Limiter struct {
 	rec             ports.Recorder
 	tracer          ports.DecisionTracer // nil unless rec traces
 
-	// Health: the machine is guarded by mu; state mirrors its state for
-	// the hot path, which reads it without locking.
-	mu       sync.Mutex
-	machine  domain.HealthMachine
-	state    atomic.Uint32
-	failures atomic.Int64 // consecutive in-band store failures
+	// Health: one machine per node of the store (breaker.go); state is
+	// the instance's, the worst node's, for the hot path.
+	probeState
+	state atomic.Uint32
 
 	facade facadeProfile
 
 	warnings []string
 
-	// The health loop.
-	ticker    ports.Ticker
+	// The health loop. tickMu guards the ticker, which retick replaces
+	// when the state calls for another interval.
+	tickMu        sync.Mutex
+	ticker        ports.Ticker
+	tickEvery     time.Duration
+	tickStopped   bool
+	tickerChanged chan struct{}
+
 	loopCtx   context.Context
 	stopLoop  context.CancelFunc
 	done      chan struct{}
@@ -153,10 +157,11 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 		clock:     deps.Clock,
 		prober:    deps.Prober,
 		rec:       deps.Recorder,
-		machine:   domain.NewHealthMachine(cfg.ClearingProbes),
 		facade:    fp,
 		done:      make(chan struct{}),
 		afterTick: afterTick,
+
+		tickerChanged: make(chan struct{}, 1),
 	}
 	l.tracer, _ = deps.Recorder.(ports.DecisionTracer)
 	l.coalesce = newCoalescer(l, deps.Store)
@@ -168,10 +173,11 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 		l.prober = storeProber{store: deps.Store, clock: l.clock}
 	}
 	l.state.Store(uint32(domain.Healthy))
+	l.probeState.init(cfg.ClearingProbes, l.prober, l.rec)
 	l.warnings = l.checkMemory(deps.MemoryCheck)
 	// The ticker exists before New returns, so a test that advances a fake
 	// clock right after New cannot race the loop's start.
-	l.ticker = l.clock.NewTicker(cfg.ProbeInterval)
+	l.ticker, l.tickEvery = l.clock.NewTicker(cfg.ProbeInterval), cfg.ProbeInterval
 	l.loopCtx, l.stopLoop = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.healthLoop()
@@ -250,6 +256,8 @@ type evaluation struct {
 	// primary store call it was decided by: the call it made alone, or
 	// the one member of a coalesced batch that takes it (docs/adr/007).
 	madeCall bool
+	// callStart is when that call began, on the Limiter's clock.
+	callStart time.Time
 	// coIndex is the decision's place in a coalesced batch, and
 	// coDeadline its own store deadline there.
 	coIndex    int
@@ -424,14 +432,21 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 	if l.refusals.repeat(ev) {
 		return
 	}
-	if l.BreakerOpen() {
+	// The breaker of the node that serves the keys (docs/adr/008).
+	node := l.nodeOf(ev)
+	if !l.allowed(node) {
 		l.degraded(ctx, ev, domain.CauseBreakerOpen, nil)
 		return
 	}
 	gen := l.refusals.generation()
 	res, err := l.evaluateStore(ctx, ev)
+	if ev.madeCall {
+		// Only the decision that counts the call's outcome accounts it:
+		// the one that called alone, or one member of a coalesced batch
+		// (docs/adr/007, docs/adr/008).
+		ev.transErr = l.storeOutcome(ctx, node, ev.callStart, err)
+	}
 	if err == nil {
-		l.failures.Store(0)
 		l.fromResult(ev, &res, domain.SourcePrimary)
 		if !res.Allowed {
 			l.refusals.remember(ev, &res, gen)
@@ -439,20 +454,20 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 		return
 	}
 	var le *domain.LimitError
-	if errors.As(err, &le) {
+	if errors.As(err, &le) || errors.Is(err, domain.ErrCrossSlot) {
 		// The store refused the request's shape: a defect, not an outage, so
 		// the breaker does not count it.
 		ev.d.State, ev.d.Cause, ev.err = domain.RejectedInvalidContext, domain.CauseInvalidLimit, err
 		return
 	}
+	if cause, ok := requestFault(err); ok {
+		// That request's fault (docs/adr/008): its own degraded decision.
+		l.degraded(ctx, ev, cause, err)
+		return
+	}
 	cause := domain.CauseStoreUnavailable
 	if errors.Is(err, domain.ErrStoreTimeout) {
 		cause = domain.CauseStoreTimeout
-	}
-	// A caller that gave up is not the store's failure, nor is a decision
-	// that only waited for another's call (docs/adr/007).
-	if ctx.Err() == nil && ev.madeCall {
-		ev.transErr = l.inBandFailure(ctx)
 	}
 	l.degraded(ctx, ev, cause, err)
 }
@@ -484,7 +499,7 @@ func (l *Limiter) callStore(ctx context.Context, ev *evaluation, op ports.StoreO
 	}
 	ev.latency = l.clock.Now().Sub(start)
 	cancel()
-	ev.madeCall = true
+	ev.madeCall, ev.callStart = true, start
 	err = classify(err)
 	l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: op, Start: start, Latency: ev.latency, Keys: ev.n, Err: err})
 	return res, start, err

@@ -41,7 +41,7 @@ type schema map[string]map[string]map[string]bool
 // openLabels take values from the deployment (profiles, instances,
 // tenants, bucket bounds): the checks do not pin their values.
 var openLabels = map[string]bool{
-	otel.LabelRouteProfile: true, otel.LabelInstanceID: true, otel.LabelTenantID: true, "le": true,
+	otel.LabelRouteProfile: true, otel.LabelInstanceID: true, otel.LabelTenantID: true, "le": true, otel.LabelNode: true,
 }
 
 // exportedSchema drives a real Recorder through every state, cause,
@@ -70,6 +70,7 @@ func exportedSchema(t *testing.T) schema {
 		{From: domain.Recovering, To: domain.Healthy}, {From: domain.Recovering, To: domain.Degraded},
 	} {
 		require.NoError(t, rec.RecordTransition(ctx, c, t0))
+		require.NoError(t, rec.RecordNodeTransition(ctx, "10.0.0.1:7000", c, t0))
 	}
 	for _, op := range []ports.StoreOp{ports.OpEvaluate, ports.OpPeek, ports.OpReset} {
 		for _, err := range []error{nil, errOutage, domain.ErrStoreTimeout, &domain.LimitError{Index: -1}, domain.ErrCrossSlot, context.Canceled, errors.New("other")} {
@@ -275,7 +276,7 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 		}
 	}
 	assert.ElementsMatch(t, []string{
-		"SluiceBreakerOpen", "SluiceDegraded", "SluiceRejectionRatioSpike", "SluiceStoreLatencyAboveDeadline",
+		"SluiceBreakerOpen", "SluiceDegraded", "SluiceStoreNodeDegraded", "SluiceRejectionRatioSpike", "SluiceStoreLatencyAboveDeadline",
 		"SluiceBreakerFlapping",
 	}, alerts)
 }

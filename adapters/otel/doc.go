@@ -26,6 +26,7 @@
 //	sluice_breaker_open{instance_id}                   1 while store calls are skipped
 //	sluice_store_latency_seconds{instance_id,op,outcome}  histogram, 100 µs to 50 ms and above
 //	sluice_store_deadline_seconds{instance_id}         the configured store deadline
+//	sluice_node_state{instance_id,node,state}          1 for each store node's health state (Redis Cluster masters)
 //
 // With Prefix "hermes_rate_limit_" the ADR-002 series is exactly
 // hermes_rate_limit_rejected_total{tenant_id,layer}. Label values come

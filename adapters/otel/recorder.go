@@ -49,6 +49,8 @@ type Recorder struct {
 	// state mirrors the health machine from the transitions recorded; a
 	// Limiter starts HEALTHY.
 	state atomic.Uint32
+	// nodes holds each store node's state (nodes.go).
+	nodes nodeStates
 }
 
 var (
@@ -92,6 +94,7 @@ func New(cfg Config) (*Recorder, error) {
 	r.tsets = newTransitionSets()
 	r.tenants = newTenantSeries(cfg.TenantSeries, cfg.TenantEpoch)
 	r.state.Store(uint32(domain.Healthy))
+	r.nodes.states = map[string]domain.SystemState{}
 	if err := r.instruments(instance); err != nil {
 		_ = r.provider.Shutdown(context.Background())
 		return nil, fmt.Errorf("sluice otel: instruments: %w", err)
@@ -129,6 +132,9 @@ func (r *Recorder) instruments(instance attribute.KeyValue) error {
 	deadline, err := m.Float64ObservableGauge(p+"store_deadline", metric.WithUnit("s"),
 		metric.WithDescription("The configured deadline of one store call."))
 	check(err)
+	nodeState, err := m.Int64ObservableGauge(p+"node_state",
+		metric.WithDescription("Health of each node of the store (a Redis Cluster master): 1 for the state it is in, 0 for the others; its keys skip the store outside HEALTHY."))
+	check(err)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -147,8 +153,9 @@ func (r *Recorder) instruments(instance attribute.KeyValue) error {
 		o.ObserveFloat64(deadline, r.cfg.StoreDeadline.Seconds(), instOpt)
 		r.dsets.observe(func(v int64, opts ...metric.ObserveOption) { o.ObserveInt64(decisions, v, opts...) })
 		r.tenants.observe(func(v int64, opts ...metric.ObserveOption) { o.ObserveInt64(rejected, v, opts...) })
+		r.observeNodes(o, nodeState, instance)
 		return nil
-	}, decisions, rejected, state, breaker, deadline)
+	}, decisions, rejected, state, breaker, deadline, nodeState)
 	if err != nil {
 		return err
 	}

@@ -226,6 +226,12 @@ type Config struct {
 	// default) or, while rate_limit_v2 instances share the keys, only what
 	// v2 reads. See StateFormat.
 	Format StateFormat
+	// MaxRedirections bounds the MOVED and ASK redirections Redis Cluster
+	// may send one call through; 0 means DefaultMaxRedirections. A call
+	// redirected more often fails with an error wrapping ErrRedirections
+	// (a slot migration left half done), which opens no breaker
+	// (docs/adr/008).
+	MaxRedirections int
 	// ClientName is sent with CLIENT SETNAME, to spot the store's
 	// connections in CLIENT LIST; empty means "sluice".
 	ClientName string
@@ -250,6 +256,8 @@ func (c Config) validate(haveClient bool) error {
 		return &domain.ConfigError{Field: "redis.min_ttl", Reason: "must be 0 (default) or at least 1ms"}
 	case c.DialTimeout < 0:
 		return &domain.ConfigError{Field: "redis.dial_timeout", Reason: "must not be negative"}
+	case c.MaxRedirections < 0:
+		return &domain.ConfigError{Field: "redis.max_redirections", Reason: "must not be negative"}
 	case c.DB < 0:
 		return &domain.ConfigError{Field: "redis.db", Reason: "must not be negative"}
 	case c.Mode > ModeCluster:
@@ -377,6 +385,12 @@ func (c Config) clientOption() (rueidis.ClientOption, error) {
 	opt.PipelineMultiplex = -1
 	if c.Mode == ModeStandalone {
 		opt.ForceSingleClient = true
+	}
+	// rueidis follows redirections until the deadline by default: a slot
+	// left half migrated would bounce a call tens of thousands of times.
+	opt.ClusterOption.MaxMovedRedirections = c.MaxRedirections
+	if opt.ClusterOption.MaxMovedRedirections == 0 {
+		opt.ClusterOption.MaxMovedRedirections = DefaultMaxRedirections
 	}
 	return opt, nil
 }

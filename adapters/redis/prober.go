@@ -1,12 +1,16 @@
 package redis
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -23,18 +27,41 @@ import (
 // gives up too early would flap the health machine.
 const DefaultProbeTimeout = time.Second
 
-// Prober checks the health of a Store's Redis: PING and INFO memory on
-// every node the client knows (one for a standalone server, each node of a
-// cluster, since a single unreachable master makes its slots unavailable).
-// It is safe for simultaneous use.
+// Prober checks the health of a Store's Redis, node by node: the nodes
+// that serve decisions, i.e. a standalone server, or each master of a
+// cluster that owns slots (a replica serves no decision, and a node
+// removed from the cluster owns none: neither is probed). It also says
+// which node serves a key (NodeOf), from the slot map its last probe
+// read, so that app.Limiter keeps one breaker per master
+// (docs/adr/008-failure-classes-and-breaker.md). It is safe for
+// simultaneous use.
 type Prober struct {
-	s *Store
+	s    *Store
+	topo atomic.Pointer[topology]
 }
 
-var _ ports.Prober = (*Prober)(nil)
+var _ ports.NodeProber = (*Prober)(nil)
 
-// Prober returns the health check of s, sharing its connections.
-func (s *Store) Prober() *Prober { return &Prober{s: s} }
+// Prober returns the health check of s, sharing its connections. On a
+// cluster it reads the slot map at once (within DefaultProbeTimeout), so
+// that NodeOf can name the master of a key before the first probe.
+func (s *Store) Prober() *Prober {
+	p := &Prober{s: s}
+	if s.client.Mode() != rueidis.ClientModeCluster {
+		for addr := range s.client.Nodes() {
+			p.topo.Store(&topology{single: addr})
+		}
+		return p
+	}
+	if !s.closed.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultProbeTimeout)
+		defer cancel()
+		if t, err := p.readSlots(ctx); err == nil {
+			p.topo.Store(t)
+		}
+	}
+	return p
+}
 
 // NodeMemory is what INFO memory says of one node.
 type NodeMemory struct {
@@ -47,12 +74,20 @@ type NodeMemory struct {
 	Policy string
 }
 
-// Probe returns nil when every node answers PING and INFO memory, and
-// otherwise an error wrapping domain.ErrStoreUnavailable or
-// domain.ErrStoreTimeout (or the caller's ctx.Err()).
+// Probe returns nil when every node that serves decisions answers (see
+// ProbeNodes), and otherwise an error wrapping domain.ErrStoreUnavailable
+// or domain.ErrStoreTimeout (or the caller's ctx.Err()).
 func (p *Prober) Probe(ctx context.Context) error {
-	_, err := p.Memory(ctx)
-	return err
+	probes, err := p.ProbeNodes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range probes {
+		if n.Err != nil {
+			return n.Err
+		}
+	}
+	return nil
 }
 
 // Memory probes every node (PING, then INFO memory) and returns their
@@ -223,4 +258,194 @@ func (s *Store) CheckMaxMemory(ctx context.Context, budgetBytes int64) (MemoryRe
 		}
 	}
 	return rep, nil
+}
+
+// topology is the slot map as a probe read it.
+type topology struct {
+	// single names the one node of a standalone server; "" on a cluster.
+	single string
+	// ranges are the slot ranges of a cluster, by first slot.
+	ranges []slotOwner
+	// probeKeys holds, per master, a key in a slot it serves: a keyed
+	// probe of it fails when the master cannot serve its slots
+	// (CLUSTERDOWN), where PING would not.
+	probeKeys map[string]string
+}
+
+// slotOwner is one range of slots and the master that serves it.
+type slotOwner struct {
+	first, last uint16
+	node        string
+}
+
+// NodeOf names the node that serves key: the standalone server, or the
+// master that owned key's slot when a probe last read the slot map; ""
+// before any did. It does no I/O.
+func (p *Prober) NodeOf(key string) string {
+	t := p.topo.Load()
+	switch {
+	case t == nil:
+		return ""
+	case t.single != "":
+		return t.single
+	}
+	slot := Slot(key)
+	i, found := slices.BinarySearchFunc(t.ranges, slot, func(r slotOwner, s uint16) int { return cmp.Compare(r.first, s) })
+	if !found {
+		i--
+	}
+	if i >= 0 && slot <= t.ranges[i].last {
+		return t.ranges[i].node
+	}
+	return ""
+}
+
+// ProbeNodes probes every node that serves decisions and returns each
+// outcome, ordered by node. A standalone server gets PING and INFO
+// memory; on a cluster, the slot map is read from whichever node answers
+// first (CLUSTER SLOTS), then each master that owns slots gets a keyed
+// read of a key in its slots (EXISTS, which a master that cannot serve
+// them refuses) and INFO memory. err is non-nil only when no node gives
+// the slot map: the store as a whole is then down. A master the client
+// has not connected to yet is left out (no verdict), as is every replica.
+func (p *Prober) ProbeNodes(ctx context.Context) ([]ports.NodeProbe, error) {
+	s := p.s
+	if s.closed.Load() {
+		return nil, domain.ErrStoreClosed
+	}
+	cctx, cancel, whose := probeDeadline(ctx)
+	defer cancel()
+	nodes := s.client.Nodes()
+	if len(nodes) == 0 {
+		return nil, fmt.Errorf("%w: no Redis node known", domain.ErrStoreUnavailable)
+	}
+	if s.client.Mode() != rueidis.ClientModeCluster {
+		var out []ports.NodeProbe
+		for addr, c := range nodes {
+			_, err := probeNode(cctx, addr, c)
+			if err != nil {
+				err = fmt.Errorf("probing %s: %w", addr, s.mapErr(ctx, cctx, err, whose))
+			}
+			out = append(out, ports.NodeProbe{Node: addr, Err: err})
+			p.topo.Store(&topology{single: addr})
+		}
+		return out, nil
+	}
+	t, err := p.readSlots(cctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the slot map: %w", s.mapErr(ctx, cctx, err, whose))
+	}
+	p.topo.Store(t)
+	out := make([]ports.NodeProbe, 0, len(t.probeKeys))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for addr, key := range t.probeKeys {
+		c, ok := nodes[addr]
+		if !ok {
+			continue
+		}
+		wg.Go(func() {
+			err := probeMaster(cctx, addr, key, c)
+			if err != nil {
+				err = fmt.Errorf("probing %s: %w", addr, s.mapErr(ctx, cctx, err, whose))
+			}
+			mu.Lock()
+			out = append(out, ports.NodeProbe{Node: addr, Err: err})
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(out, func(a, b ports.NodeProbe) int { return strings.Compare(a.Node, b.Node) })
+	return out, nil
+}
+
+// probeMaster reads a key of the master's slots, then INFO memory.
+func probeMaster(ctx context.Context, addr, key string, c rueidis.Client) error {
+	err := c.Do(ctx, c.B().Exists().Key(key).Build()).Error()
+	if re, ok := rueidis.IsRedisErr(err); ok && isRedirection(re) {
+		// The slot moved since the map was read: the node answered.
+		err = nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = probeNode(ctx, addr, c)
+	return err
+}
+
+// readSlots asks every node for the slot map at once and keeps the first
+// answer: a node that hangs (SIGSTOP, a black hole) delays nothing.
+func (p *Prober) readSlots(ctx context.Context) (*topology, error) {
+	nodes := p.s.client.Nodes()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		t   *topology
+		err error
+	}
+	answers := make(chan answer, len(nodes))
+	for _, c := range nodes {
+		go func() {
+			v, err := c.Do(ctx, c.B().ClusterSlots().Build()).ToArray()
+			if err != nil {
+				answers <- answer{err: err}
+				return
+			}
+			t, err := parseSlots(v)
+			answers <- answer{t, err}
+		}()
+	}
+	var errs []error
+	for range nodes {
+		a := <-answers
+		if a.err == nil {
+			return a.t, nil
+		}
+		errs = append(errs, a.err)
+	}
+	return nil, errors.Join(errs...)
+}
+
+// parseSlots reads a CLUSTER SLOTS reply: [first, last, [ip, port, id],
+// replicas...] per range.
+func parseSlots(v []rueidis.RedisMessage) (*topology, error) {
+	t := &topology{probeKeys: map[string]string{}}
+	for _, e := range v {
+		r, err := e.ToArray()
+		if err != nil || len(r) < 3 {
+			return nil, fmt.Errorf("CLUSTER SLOTS: malformed range")
+		}
+		first, err1 := r[0].AsInt64()
+		last, err2 := r[1].AsInt64()
+		m, err3 := r[2].ToArray()
+		if err := errors.Join(err1, err2, err3); err != nil || len(m) < 2 || first < 0 || last >= 16384 || first > last {
+			return nil, fmt.Errorf("CLUSTER SLOTS: malformed range")
+		}
+		host, _ := m[0].ToString()
+		port, err := m[1].AsInt64()
+		if err != nil {
+			return nil, fmt.Errorf("CLUSTER SLOTS: malformed port: %w", err)
+		}
+		node := net.JoinHostPort(host, strconv.FormatInt(port, 10))
+		t.ranges = append(t.ranges, slotOwner{uint16(first), uint16(last), node})
+	}
+	slices.SortFunc(t.ranges, func(a, b slotOwner) int { return cmp.Compare(a.first, b.first) })
+	for _, r := range t.ranges {
+		if _, ok := t.probeKeys[r.node]; !ok {
+			t.probeKeys[r.node] = keyInSlots(r.first, r.last)
+		}
+	}
+	return t, nil
+}
+
+// keyInSlots returns a key, reserved to probes, whose slot is in
+// [first, last]: a hash tag found by counting (a range of one slot takes
+// about 16384 tries of a CRC16, a few milliseconds, once per slot map).
+func keyInSlots(first, last uint16) string {
+	for i := 0; ; i++ {
+		key := domain.KeyPrefix + ":{__health__" + strconv.Itoa(i) + "}:probe"
+		if s := Slot(key); s >= first && s <= last {
+			return key
+		}
+	}
 }

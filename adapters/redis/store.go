@@ -308,7 +308,7 @@ func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, n
 	s.pack(buf, now, limits, n, consume)
 	cctx, cancel, whose := s.deadline(ctx)
 	defer cancel()
-	resp := s.exec(cctx, buf)
+	resp := s.exec(cctx, buf.keys, buf.args[:])
 	if resp.NonRedisError() == nil {
 		// Redis answered: rueidis is done with the arguments.
 		defer s.bufs.Put(buf)
@@ -324,12 +324,6 @@ func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, n
 		return fmt.Errorf("%w: unexpected script reply: %w", domain.ErrStoreUnavailable, err)
 	}
 	return decode(reply, limits, n, consume, rep)
-}
-
-// exec runs the script once with buf's KEYS and ARGV: the one place a
-// decision reaches Redis.
-func (s *Store) exec(ctx context.Context, buf *callBuf) rueidis.RedisResult {
-	return s.script.Exec(ctx, s.client, buf.keys, buf.args[:])
 }
 
 // valuePrefix starts the script's error reply for a key holding a value it
@@ -539,6 +533,8 @@ func (s *Store) mapErr(ctx, cctx context.Context, err error, whose string) error
 	switch {
 	case s.closed.Load():
 		return fmt.Errorf("%w: %w", domain.ErrStoreClosed, err)
+	case classified(err):
+		return err
 	case errors.Is(ctx.Err(), context.Canceled),
 		cctx.Err() == nil && errors.Is(err, context.Canceled):
 		// The caller gave up: not the store's failure.

@@ -45,6 +45,31 @@
 // decisions were degraded and whether the ledger lost or gained units
 // (replication is asynchronous).
 //
+// TestClusterOperations (docs/adr/008): on a cluster of three masters
+// with one replica each (cluster-require-full-coverage no), under 16
+// workers: a hot tenant's slot resharded as redis-cli does it (TRYAGAIN
+// retried, no breaker opens, every tenant exact); a slot left half
+// migrated (each call stops at the redirection bound, degraded with
+// redis.ErrRedirections, no breaker opens); a replica killed (nothing
+// degrades); then its master killed and restarted (its node's breaker
+// only; the other masters' tenants exact and primary).
+//
+// TestForeignValues: a key holding a LIST, HASH, SET, STREAM or a
+// malformed value: that decision's StoreValueError, degraded with cause
+// store_value and audited; the breaker never opens.
+//
+// TestBurstOpensNoBreaker: bursts of 1 000 concurrent identical requests
+// through the HTTP middleware with the demo's configuration: the store
+// counts each burst exactly, and missed deadlines the store does not
+// confirm open no breaker (SLUICE_DRILL_BURSTS=50 measures 50 bursts and
+// asserts none opened it). TestBreakerOpensUnderLoad: SIGKILL, SIGSTOP, a
+// black hole and a Redis slower than the deadline still open it on
+// in-band failures under 32 workers.
+//
+// TestEvictionFigures: for each maxmemory-policy, how many requests of
+// one user pass in one window of 20 per 6 s on a full 3 MB Redis
+// (SLUICE_DRILL_EVICTION=all for all eight policies).
+//
 // TestRestart (per persistence setting and kind of stop), TestScriptFlush,
 // TestMemoryFull (noeviction) and TestMemoryEvicting (allkeys-lru,
 // volatile-lru): what happens to the counts and the decisions, asserted.

@@ -119,6 +119,9 @@ func steady(t *testing.T, r *rig, d time.Duration) {
 // before the transition failed, else in-band failures.
 func trigger(l *probeLog, tr transition) string {
 	if all := l.all(); tr.probes > 0 && all[tr.probes-1].failed() {
+		if all[tr.probes-1].confirm {
+			return fmt.Sprintf("opened by %d missed deadlines in a row and the confirming probe %d they triggered", app.DefaultBreakerFailures, tr.probes)
+		}
 		return fmt.Sprintf("opened by probe %d", tr.probes)
 	}
 	return fmt.Sprintf("opened by %d in-band store failures in a row, before a probe", app.DefaultBreakerFailures)

@@ -40,6 +40,10 @@
 // test, with replicas and a short cluster-node-timeout, so that a test can
 // kill a master (KillMasterOf), wait for its replica to take over
 // (WaitHealthy), and start the master again, which rejoins as a replica.
+// MigrateSlot moves a slot between masters under traffic, as `redis-cli
+// --cluster reshard` does; Config.Args passes redis-server options to
+// every node (e.g. "--cluster-require-full-coverage", "no", so that the
+// other masters keep serving while one is down).
 //
 // To make Redis slow, or cut a reply in half, put the fault-injecting
 // proxy of package internal/faultproxy between the client and the server.
