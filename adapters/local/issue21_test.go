@@ -47,8 +47,10 @@ func TestKeyUsedUnderTwoPeriodsKeepsTheLongestOnesUnits(t *testing.T) {
 	r, err = st.Evaluate(t.Context(), at(10*time.Second), second)
 	require.NoError(t, err)
 	require.True(t, r.Allowed)
-	// The latest instant moves on (another key), and a sweep runs.
-	_, err = st.Evaluate(t.Context(), at(20*time.Second), []domain.Limit{lim("other", sliding(1, time.Second), 1)})
+	// The latest instant moves on (another key, itself live for an hour,
+	// so that no sweep, the background one included, may expire it), and
+	// a sweep runs.
+	_, err = st.Evaluate(t.Context(), at(20*time.Second), []domain.Limit{lim("other", sliding(1, time.Hour), 1)})
 	require.NoError(t, err)
 	st.sweep()
 	r, err = st.Evaluate(t.Context(), at(30*time.Second), hour)
