@@ -67,18 +67,33 @@ const (
 	spikeMixed     = 5 * time.Second
 	spikeWorkers   = 96 // closed-loop clients of the mixed spike: several times what two cores serve
 	loginEvery     = 100 * time.Millisecond
+	// bypassCap is what the degraded matrix lets a read client through per
+	// instance when its decisions cannot reach the store: the burst × 2
+	// per 60 s cap (docs/adr/005).
+	bypassCap = 2 * readBurst
 )
 
 // TestSpikeNoRace (issue 16 item 5): over HTTP through the middleware on a
 // standalone Redis, with production's 50 ms deadline: 20 bursts of 1 000
 // concurrent identical GET requests (a fresh user each), then a mixed
 // spike of 96 closed-loop clients for 5 s, while a login client on the
-// side logs in every 100 ms from its own address. It asserts that every
-// burst is exact (exactly the user's burst of 5 passes, all decided by
-// Redis) and that the login client never got a 503, and asserts no
-// breaker opening (which depends on the breaker deciding on the store's
-// faults, not on this machine's saturation). FIGURE lines: openings,
+// side logs in every 100 ms from its own address. FIGURE lines: openings,
 // login 503s, exactness per burst, p50/p99, Redis calls per decision.
+//
+// What it asserts depends on nothing but the code: Redis never admits more
+// than the user's burst; a burst none of whose decisions was degraded is
+// exact (5 pass, all decided by Redis); a burst with degraded decisions
+// (a decision that missed its own 50 ms deadline on the machine's
+// saturated cores takes the degraded matrix) passes no more than the
+// matrix's per-instance bypass cap on top; a burst with no degraded
+// decision costs Redis a handful of calls, not one per request; and the
+// breaker never opens without a failed probe (missed deadlines alone never
+// open it, docs/adr/008). With SLUICE_DRILL_BURSTS set (a measurement on a
+// quiet machine, as for TestBurstOpensNoBreaker) it also asserts what the
+// runbook's figures show there: every burst exact, no opening, no login
+// 503. Those depend on the machine having the CPU to meet a 50 ms deadline
+// for a thousand requests at once, which a shared CI machine running
+// other packages' tests beside it does not promise.
 //
 // It does not run in parallel with the other drills: a spike measures what
 // one service does with the machine's cores, and drills running beside it
@@ -116,6 +131,7 @@ func TestSpikeNoRace(t *testing.T) {
 	s := newService(t, lim, loopback, httpmw.XForwardedFor)
 	s.client.Transport.(*http.Transport).MaxIdleConnsPerHost = spikeWorkers + 8
 
+	_, measure := bursts(t)
 	conns := dialRaw(t, s, spikeBurstSize)
 	login := startLoginClient(t, s)
 
@@ -136,9 +152,15 @@ func TestSpikeNoRace(t *testing.T) {
 		burstLat = append(burstLat, lat...)
 		passed := statuses[http.StatusOK]
 		fromRedis := primaryAllowed.Load() - allowedBefore
-		if passed == readBurst && fromRedis == readBurst && statuses[http.StatusTooManyRequests] == spikeBurstSize-readBurst {
+		clean := degraded.Load() == degradedAt
+		switch {
+		case fromRedis > readBurst, passed > readBurst+bypassCap,
+			clean && (passed != readBurst || fromRedis != readBurst):
+			t.Errorf("burst %d: %d passed (%d decided by Redis, degraded decisions: %v), statuses %v; want exactly %d by Redis, and at most the bypass cap of %d more when degraded",
+				b, passed, fromRedis, !clean, statuses, readBurst, bypassCap)
+		case passed == readBurst && fromRedis == readBurst && statuses[http.StatusTooManyRequests] == spikeBurstSize-readBurst:
 			exact++
-		} else {
+		case measure:
 			t.Errorf("burst %d: %d passed (%d decided by Redis), statuses %v; want exactly %d, all by Redis", b, passed, fromRedis, statuses, readBurst)
 		}
 	}
@@ -172,6 +194,21 @@ func TestSpikeNoRace(t *testing.T) {
 	figure(t, "spike breaker openings", "%d", openings)
 	figure(t, "spike login", "%d logins, statuses %v, 503s %d", logins.total, logins.statuses, logins.statuses[http.StatusServiceUnavailable])
 
+	if coalesced && len(cleanCalls) > 0 && cleanCalls[len(cleanCalls)/2] > spikeBurstSize/10 {
+		t.Errorf("a burst of %d cost Redis %d calls (median of the bursts with no degraded decision): the decisions did not coalesce", spikeBurstSize, cleanCalls[len(cleanCalls)/2])
+	}
+	failedProbes := 0
+	for _, p := range probes.all() {
+		if p.failed() {
+			failedProbes++
+		}
+	}
+	if openings > failedProbes {
+		t.Errorf("the spike opened the breaker %d times but only %d probes failed: missed deadlines alone opened it; transitions %v", openings, failedProbes, j.allTransitions())
+	}
+	if !measure {
+		return
+	}
 	if got := logins.statuses[http.StatusServiceUnavailable]; got != 0 {
 		t.Errorf("the login client got %d 503s during the spike (statuses %v)", got, logins.statuses)
 	}
