@@ -120,11 +120,16 @@
 //
 // When the bound is reached, ristretto evicts, or refuses new keys, to keep
 // its share; nothing is lost yet, as the keys it gives up are held outside.
-// When those exceed their share, the store forgets the one used least
-// recently (during a flood of new keys, the flood's own oldest keys; a key
-// in use, even one ristretto refuses, keeps moving to the back of the
-// line, and a key ristretto gives up goes back in the line by the instant
-// it was last used, behind the keys used since). A forgotten key that was idle loses
+// When those exceed their share, the store forgets first the keys used
+// only once, least recently used first (during a flood of new keys, the
+// flood's own oldest keys), and the keys used more than once only when no
+// key used once is left, least recently used first too. So a key in use
+// keeps its state under a flood of keys used once, even while ristretto,
+// whose sketch hears only a sample of the accesses, refuses or evicts it,
+// and however many new keys come between two of its uses. The order is
+// exact: a key ristretto gives up goes back in the line by the instant it
+// was last used, behind every key used since, and a key used again moves
+// to the back. A forgotten key that was idle loses
 // nothing (Stats().Expired counts it). A forgotten key that was live loses
 // its state (Stats().Dropped counts it): its next request starts from a
 // full quota, so within the window in progress it can admit up to one more
