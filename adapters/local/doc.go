@@ -132,7 +132,10 @@
 // and however many new keys come between two of its uses. The order is
 // exact: a key ristretto gives up goes back in the line by the instant it
 // was last used, behind every key used since, and a key used again moves
-// to the back. A forgotten key that was idle loses nothing
+// to the back. (The price is a newcomer's: while keys used more than once
+// fill the share, a new key ristretto refuses goes first, until its uses,
+// which ristretto's sketch counts across its forgotten states, earn its
+// admission.) A forgotten key that was idle loses nothing
 // (Stats().Expired counts it). A forgotten key that was live loses
 // its state (Stats().Dropped counts it): its next request starts from a
 // full quota, so within the window in progress it can admit up to one more

@@ -19,7 +19,11 @@ import (
 // it lost its state before the flood's own keys. A key used once has no
 // claim beyond the flood's own, so the entries used more than once leave
 // only once no entry used once is left (the admission policy's own rule
-// of thumb, applied where it cannot see).
+// of thumb, applied where it cannot see). The price is a newcomer's: while
+// keys used more than once fill the share, a new key ristretto refuses is
+// the first to go, and starts afresh at its next request, until
+// ristretto's sketch, which counts its uses across its entries, rates it
+// high enough to admit it.
 //
 // An entry's rank is the instant it was last used (entry.used) when it
 // joined the list, or the newest rank when an access moved it to the

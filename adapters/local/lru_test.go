@@ -62,11 +62,11 @@ func TestKeysUsedAgainOutliveAFloodOfKeysUsedOnce(t *testing.T) {
 	assert.Zero(t, lost, "keys used in every round that lost their state")
 }
 
-// TestLRUOrder checks the list the bound trims against a model: entries
-// used once leave before entries used more than once, each by rank (the
+// TestLRUOrder checks the order of the list the bound trims: entries used
+// once leave before entries used more than once, each by rank (the
 // instant of last use), then by order of listing; an access moves an
 // entry behind every other. The first rows are the cases a list ordered
-// by a bounded walk from its back got wrong.
+// by recency, with a bounded walk from its back, got wrong.
 func TestLRUOrder(t *testing.T) {
 	type op struct {
 		kind  byte // 'p' push, 't' touch, 'r' remove
@@ -139,59 +139,83 @@ func TestLRUOrder(t *testing.T) {
 }
 
 // TestLRUAgainstAModel runs random pushes, touches and removes on the list
-// and on a sorted model, comparing the first entry after every operation,
-// and checks the bytes it counts for its array.
+// and on a model, comparing the first entry after every operation, and
+// checks the bytes it counts for its arrays.
 func TestLRUAgainstAModel(t *testing.T) {
 	var out atomic.Int64
 	var l lru
 	l.init(&out)
 	rng := rand.New(rand.NewPCG(21, 3))
 	model := map[*entry]key{} // the listed entries
+	var listed, unlisted []*entry
+	pos := map[*entry]int{} // index in listed
+	unlist := func(e *entry) {
+		i, last := pos[e], len(listed)-1
+		listed[i], pos[listed[last]] = listed[last], i
+		listed = listed[:last]
+		delete(pos, e)
+		delete(model, e)
+		unlisted = append(unlisted, e)
+	}
 	var seqNo, newest int64
 	newest = -1 << 62
-	var all []*entry
+	mixed := 0 // operations after which both kinds of entries were listed
 	for i := range 20_000 {
 		switch n := rng.IntN(10); {
-		case n < 5 || len(model) == 0: // push a new or an unlisted entry
+		case n < 4 || len(listed) == 0: // list a new entry, or one listed before
 			e := &entry{id: uint64(i)}
+			if len(unlisted) > 0 && rng.IntN(4) == 0 {
+				j := rng.IntN(len(unlisted))
+				e = unlisted[j]
+				unlisted = slices.Delete(unlisted, j, j+1)
+			}
 			rank, again := rng.Int64N(1000), rng.IntN(3) == 0
 			l.push(e, rank, again)
 			seqNo++
 			newest = max(newest, rank)
 			model[e] = key{again, rank, seqNo}
-			all = append(all, e)
-		case n < 7: // touch a listed entry
-			e := all[rng.IntN(len(all))]
-			if _, ok := model[e]; !ok {
-				continue
-			}
+			pos[e] = len(listed)
+			listed = append(listed, e)
+		case n < 7: // an access moves a listed entry to the back
+			e := listed[rng.IntN(len(listed))]
 			used := rng.Int64N(1200)
 			l.touch(e, used)
 			seqNo++
 			newest = max(newest, used)
 			model[e] = key{true, newest, seqNo}
-		default: // remove the first, or any listed entry
+		default: // take out the first, or any listed entry
 			e := l.first()
 			if n == 9 {
-				e = all[rng.IntN(len(all))]
-				if _, ok := model[e]; !ok {
-					continue
-				}
+				e = listed[rng.IntN(len(listed))]
 			}
 			l.remove(e)
-			delete(model, e)
+			unlist(e)
 		}
-		var want *entry
+		var want [2]*entry // the first used once, the first used again
+		var n [2]int
 		for e, k := range model {
-			if want == nil || k.before(model[want]) {
-				want = e
+			p := 0
+			if k.again {
+				p = 1
+			}
+			n[p]++
+			if want[p] == nil || k.before(model[want[p]]) {
+				want[p] = e
 			}
 		}
-		require.Same(t, want, l.first(), "operation %d", i)
+		first := want[0]
+		if n[0] == 0 {
+			first = want[1]
+		} else if n[1] > 0 {
+			mixed++
+		}
+		require.Same(t, first, l.first(), "operation %d", i)
 		require.Len(t, l.heap, len(model))
 		require.Equal(t, heapBytes(cap(l.heap)), out.Load(), "bytes counted for the array")
 		require.LessOrEqual(t, cap(l.heap), max(4*len(l.heap), minHeapSlots), "the array shrinks with the list")
 	}
+	t.Logf("%d operations left entries used once and entries used again listed", mixed)
+	require.Greater(t, mixed, 1000, "the model rarely mixed the two kinds of entries")
 }
 
 // key is where the model places an entry.
@@ -200,12 +224,8 @@ type key struct {
 	rank, seq int64
 }
 
-// before is the order the list must keep: entries used once first, then
-// by rank, then by order of listing.
+// before is the order within a part: by rank, then by order of listing.
 func (k key) before(o key) bool {
-	if k.again != o.again {
-		return o.again
-	}
 	return k.rank < o.rank || k.rank == o.rank && k.seq < o.seq
 }
 
