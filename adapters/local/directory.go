@@ -35,87 +35,6 @@ type shard struct {
 	_       [64]byte // keep neighbouring shards' locks off one cache line
 }
 
-// lru is the store's list of the pending entries it may forget, least
-// recently used first: the bound costs the keys no longer in use first.
-// An entry's rank is the instant it was last used (entry.used) when it
-// joined the list, or the newest rank when an access moved it to the
-// back, so the list stays in order of use: an entry ristretto gives up
-// goes back behind the entries used since, not ahead of them. Its lock is
-// taken inside a shard lock, never the other way round.
-type lru struct {
-	mu         sync.Mutex
-	head, tail *entry
-}
-
-// lruWalk bounds how far back from the tail an entry is placed by its
-// rank: past it, it goes there, among entries about as recent.
-const lruWalk = 64
-
-// push lists e by its rank.
-func (l *lru) push(e *entry, rank int64) {
-	l.mu.Lock()
-	l.insertLocked(e, rank)
-	l.mu.Unlock()
-}
-
-// insertLocked places e after the last entry of at most its rank,
-// walking back from the tail at most lruWalk entries.
-func (l *lru) insertLocked(e *entry, rank int64) {
-	after := l.tail
-	for i := 0; after != nil && after.rank > rank && i < lruWalk; i++ {
-		after = after.prev
-	}
-	e.listed, e.rank, e.prev = true, rank, after
-	if after != nil {
-		e.next = after.next
-		after.next = e
-	} else {
-		e.next = l.head
-		l.head = e
-	}
-	if e.next != nil {
-		e.next.prev = e
-	} else {
-		l.tail = e
-	}
-}
-
-func (l *lru) remove(e *entry) {
-	l.mu.Lock()
-	l.removeLocked(e)
-	l.mu.Unlock()
-}
-
-func (l *lru) removeLocked(e *entry) {
-	if e.prev != nil {
-		e.prev.next = e.next
-	} else {
-		l.head = e.next
-	}
-	if e.next != nil {
-		e.next.prev = e.prev
-	} else {
-		l.tail = e.prev
-	}
-	e.listed, e.prev, e.next = false, nil, nil
-}
-
-// touch moves a listed e, just used at instant used, to the tail.
-func (l *lru) touch(e *entry, used int64) {
-	l.mu.Lock()
-	if e.listed && l.tail != e {
-		l.removeLocked(e)
-		l.insertLocked(e, max(l.tail.rank, used))
-	}
-	l.mu.Unlock()
-}
-
-func (l *lru) first() *entry {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.head
-}
-
 func (s *Store) shardOf(h uint64) *shard { return &s.shards[shardIndex(h)] }
 
 func shardIndex(h uint64) int { return int(h >> (64 - shardBits)) }
@@ -169,7 +88,8 @@ func (s *Store) touchLocked(sh *shard, e *entry) {
 		return
 	}
 	if e.listed {
-		s.lru.touch(e, e.lastUse())
+		used, _ := e.lastUse()
+		s.lru.touch(e, used)
 	}
 	if e.slot || e.delQueued {
 		return
@@ -310,15 +230,16 @@ func (s *Store) handOff() {
 func grow(backoff int32) int32 { return min(max(2*backoff, 1), maxBackoff) }
 
 // park makes e pending, of the given size: counted against the share of
-// keys held outside ristretto, and listed last in the store's list of
-// entries it may forget, unless a slot in ristretto or a queued Del holds
-// it. Called with the shard lock held.
+// keys held outside ristretto, and listed by its last use in the store's
+// list of entries it may forget, unless a slot in ristretto or a queued
+// Del holds it. Called with the shard lock held.
 func (s *Store) park(sh *shard, e *entry, size int64) {
 	e.state, e.charge = pending, size
 	s.outBytes.Add(size)
 	sh.pending++
 	if forgettable(e) {
-		s.lru.push(e, e.lastUse())
+		used, again := e.lastUse()
+		s.lru.push(e, used, again)
 	}
 }
 
@@ -337,7 +258,8 @@ func (s *Store) unpark(sh *shard, e *entry) {
 // Del holds it any more. Called with the shard lock held.
 func (s *Store) relist(e *entry) {
 	if forgettable(e) && !e.listed {
-		s.lru.push(e, e.lastUse())
+		used, again := e.lastUse()
+		s.lru.push(e, used, again)
 	}
 }
 

@@ -113,19 +113,30 @@
 //     buffer never fills and never drops a write), keys it refused or
 //     evicted while still live, and keys whose log grew (they leave the
 //     cache, to be admitted again at their new size, and count only their
-//     growth until ristretto lets go of their old size). While ristretto's
-//     own share has room left, the keys held outside it may use that room
-//     too (every byte is counted once, on one side): a burst of new keys
-//     that outruns ristretto's goroutine waits instead of being forgotten.
+//     growth until ristretto lets go of their old size), and the array of
+//     the list that orders them for the bound (8 bytes a slot, at most
+//     four slots a key; its first 64 slots are in the fixed share). While
+//     ristretto's own share has room left, the keys held outside it may
+//     use that room too (every byte is counted once, on one side): a burst
+//     of new keys that outruns ristretto's goroutine waits instead of
+//     being forgotten.
 //
 // When the bound is reached, ristretto evicts, or refuses new keys, to keep
 // its share; nothing is lost yet, as the keys it gives up are held outside.
-// When those exceed their share, the store forgets the one used least
-// recently (during a flood of new keys, the flood's own oldest keys; a key
-// in use, even one ristretto refuses, keeps moving to the back of the
-// line, and a key ristretto gives up goes back in the line by the instant
-// it was last used, behind the keys used since). A forgotten key that was idle loses
-// nothing (Stats().Expired counts it). A forgotten key that was live loses
+// When those exceed their share, the store forgets first the keys used
+// only once, least recently used first (during a flood of new keys, the
+// flood's own oldest keys), and the keys used more than once only when no
+// key used once is left, least recently used first too. So a key in use
+// keeps its state under a flood of keys used once, even while ristretto,
+// whose sketch hears only a sample of the accesses, refuses or evicts it,
+// and however many new keys come between two of its uses. The order is
+// exact: a key ristretto gives up goes back in the line by the instant it
+// was last used, behind every key used since, and a key used again moves
+// to the back. (The price is a newcomer's: while keys used more than once
+// fill the share, a new key ristretto refuses goes first, until its uses,
+// which ristretto's sketch counts across its forgotten states, earn its
+// admission.) A forgotten key that was idle loses nothing
+// (Stats().Expired counts it). A forgotten key that was live loses
 // its state (Stats().Dropped counts it): its next request starts from a
 // full quota, so within the window in progress it can admit up to one more
 // window's limit than it should. Nothing else is dropped: a new key is

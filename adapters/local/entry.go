@@ -53,9 +53,12 @@ type entry struct {
 	// Guarded by the store's hand-off queue lock.
 	hprev, hnext *entry // the hand-off queue
 
-	// Guarded by the store's lru lock.
-	rank       int64  // its place in the list of pending entries (see lru)
-	prev, next *entry // that list
+	// Guarded by the store's lru lock: its place in the list of pending
+	// entries (see lru).
+	rank  int64
+	seq   uint64
+	hidx  int32 // its index in the list's heap
+	again bool  // used more than once, as of its listing or last move
 }
 
 // Where an entry is, as the directory shard records it.
@@ -72,12 +75,12 @@ const (
 	forgotten
 )
 
-// lastUse returns the latest instant a decision used e. Called without
-// e.mu held.
-func (e *entry) lastUse() int64 {
+// lastUse returns the latest instant a decision used e, and whether
+// decisions or peeks used it more than once. Called without e.mu held.
+func (e *entry) lastUse() (used int64, again bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.used
+	return e.used, e.hits > 1
 }
 
 // sizeLocked returns the entry's estimated heap bytes: itself, its key,

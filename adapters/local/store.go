@@ -122,6 +122,7 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 		stop:       make(chan struct{}),
 		sweepDone:  make(chan struct{}),
 	}
+	s.lru.init(&s.outBytes)
 	s.hw.Store(noInstant)
 	s.nextSweep.Store(noInstant)
 	for i := range s.shards {
@@ -558,9 +559,7 @@ func (s *Store) Close() error {
 			sh.pending, sh.cached, sh.dels = 0, 0, nil
 			sh.mu.Unlock()
 		}
-		s.lru.mu.Lock()
-		s.lru.head, s.lru.tail = nil, nil
-		s.lru.mu.Unlock()
+		s.lru.clear()
 		s.outBytes.Store(0)
 		s.inflightBytes.Store(0)
 		s.inflight.Store(0)
