@@ -130,8 +130,23 @@ local function bad(i, reason)
   return redis.error_reply('SLUICEVALUE ' .. i .. ' ' .. reason)
 end
 
+local format = string.format
+
 local function score(x)
-  return string.format('%.0f', x)
+  return format('%.0f', x)
+end
+
+-- A TTL in milliseconds as the string redis.call sends: a number argument
+-- costs Redis a conversion per call, and the keys of one window share
+-- their TTL, converted once.
+local ttls = {}
+local function ttl(px)
+  local s = ttls[px]
+  if not s then
+    s = format('%.0f', px)
+    ttls[px] = s
+  end
+  return s
 end
 
 -- Per key, 12 slots of st from 12(i-1), the ones its window needs: 1
@@ -140,8 +155,27 @@ end
 -- or TAT), 4 the first kept index and 5 the first index inside the
 -- window (compact), 6 the units inside the window, 7 the newest unit (or
 -- false), 9 the lower bound of the window and 10 the forget bound; 12
--- the requests this key alone admits.
-local st = {}
+-- the requests this key alone admits. The slots of 16 keys are there
+-- from the start: a table grown slot by slot rehashes at every power of
+-- two, which costs more than the rest of a key's reading.
+local st = {
+  false, false, false, false, false, false, false, false, false, false, false, false,
+  false, false, false, false, false, false, false, false, false, false, false, false,
+  false, false, false, false, false, false, false, false, false, false, false, false,
+  false, false, false, false, false, false, false, false, false, false, false, false,
+  false, false, false, false, false, false, false, false, false, false, false, false,
+  false, false, false, false, false, false, false, false, false, false, false, false,
+  false, false, false, false, false, false, false, false, false, false, false, false,
+  false, false, false, false, false, false, false, false, false, false, false, false,
+  false, false, false, false, false, false, false, false, false, false, false, false,
+  false, false, false, false, false, false, false, false, false, false, false, false,
+  false, false, false, false, false, false, false, false, false, false, false, false,
+  false, false, false, false, false, false, false, false, false, false, false, false,
+  false, false, false, false, false, false, false, false, false, false, false, false,
+  false, false, false, false, false, false, false, false, false, false, false, false,
+  false, false, false, false, false, false, false, false, false, false, false, false,
+  false, false, false, false, false, false, false, false, false, false, false, false,
+}
 
 -- Reads key i's state under its window, with everything validated;
 -- returns an error reply or nil.
@@ -157,16 +191,19 @@ local function check(i, kind, v)
   local key = KEYS[i]
   -- Validate and decode what the key holds.
   if kind == GCRA then
-    if byte(v, 1) == 2 then
-      if #v ~= 17 then
-        return bad(i, 'malformed')
-      end
-      v, tw = sunpack('>i8i8', v, 2)
-      if tw < 1 or tw > MAXP then
+    local tag, x, y = 0
+    if #v == 17 then
+      -- One unpack reads the tag too; a 17-character decimal starts with
+      -- a digit or '-', never byte 2.
+      tag, x, y = sunpack('>Bi8i8', v)
+    end
+    if tag == 2 then
+      if y < 1 or y > MAXP then
         return bad(i, 'range')
       end
+      v, tw = x, y
     else
-      local x = tonumber(v)
+      x = tonumber(v)
       if not x then
         return bad(i, 'malformed')
       end
@@ -210,7 +247,13 @@ local function check(i, kind, v)
       if first <= fcut then
         lo = above(v, 1, m, fcut, nil, newest)
       end
-      low = above(v, lo, m, lower, lo == 0 and first or nil, newest)
+      if lower == fcut then
+        -- No grace (and no unit ahead of now): the window's boundary is
+        -- the forget bound, found once.
+        low = lo
+      else
+        low = above(v, lo, m, lower, lo == 0 and first or nil, newest)
+      end
       count = m - low
     end
   elseif kind == ZSET then
@@ -389,7 +432,15 @@ local U = 0 -- the requests consumed
 if consume then
   U = A
 end
-local reply = {A}
+-- Presized, as st, for the longest reply (1 + 3 * 16 values): Redis
+-- reads it up to the first nil.
+local reply = {
+  A,
+  nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+  nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+  nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+  nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+}
 local o = 1
 if U > 0 then
   o = 1 + 2 * n
@@ -476,9 +527,9 @@ for i = 1, U > 0 and n or 0 do
           px = minttl
         end
         if bare then
-          redis.call('SET', KEYS[i], new, 'PX', px)
+          redis.call('SET', KEYS[i], new, 'PX', ttl(px))
         else
-          redis.call('SET', KEYS[i], '\2' .. pack('>i8i8', new, t), 'PX', px)
+          redis.call('SET', KEYS[i], pack('>Bi8i8', 2, new, t), 'PX', ttl(px))
         end
       end
     else
@@ -552,7 +603,7 @@ for i = 1, U > 0 and n or 0 do
           end
         end
         if w then
-          redis.call('SET', key, w, 'PX', px)
+          redis.call('SET', key, w, 'PX', ttl(px))
         else
           -- A ZSET: trim what is forgotten for good, add the units.
           if kind == ZSET then
@@ -580,7 +631,10 @@ for i = 1, U > 0 and n or 0 do
               redis.call('ZADD', key, unpack(args))
             end
           end
-          for u = 1, used, 500 do
+          if used == 1 then
+            redis.call('ZADD', key, now, nonce .. ':1')
+          end
+          for u = 1, used > 1 and used or 0, 500 do
             local args = {}
             for m = u, math.min(u + 499, used) do
               args[#args + 1] = now
@@ -588,7 +642,7 @@ for i = 1, U > 0 and n or 0 do
             end
             redis.call('ZADD', key, unpack(args))
           end
-          redis.call('PEXPIRE', key, px)
+          redis.call('PEXPIRE', key, ttl(px))
         end
       end
     end
