@@ -56,4 +56,4 @@ var RateLimitV3 string
 
 // RateLimitV3SHA1 is the SHA1 of RateLimitV3. A test checks it against the
 // embedded text.
-const RateLimitV3SHA1 = "dd15a3cb2f79831c62fdb89381b8eac99c766d65"
+const RateLimitV3SHA1 = "71aeb67080f68709b422497d580f05dfe8ca8076"

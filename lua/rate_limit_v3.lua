@@ -132,10 +132,6 @@ end
 
 local format = string.format
 
-local function score(x)
-  return format('%.0f', x)
-end
-
 -- A TTL in milliseconds as the string redis.call sends: a number argument
 -- costs Redis a conversion per call, and the keys of one window share
 -- their TTL, converted once.
@@ -155,27 +151,14 @@ end
 -- or TAT), 4 the first kept index and 5 the first index inside the
 -- window (compact), 6 the units inside the window, 7 the newest unit (or
 -- false), 9 the lower bound of the window and 10 the forget bound; 12
--- the requests this key alone admits. The slots of 16 keys are there
--- from the start: a table grown slot by slot rehashes at every power of
--- two, which costs more than the rest of a key's reading.
-local st = {
-  false, false, false, false, false, false, false, false, false, false, false, false,
-  false, false, false, false, false, false, false, false, false, false, false, false,
-  false, false, false, false, false, false, false, false, false, false, false, false,
-  false, false, false, false, false, false, false, false, false, false, false, false,
-  false, false, false, false, false, false, false, false, false, false, false, false,
-  false, false, false, false, false, false, false, false, false, false, false, false,
-  false, false, false, false, false, false, false, false, false, false, false, false,
-  false, false, false, false, false, false, false, false, false, false, false, false,
-  false, false, false, false, false, false, false, false, false, false, false, false,
-  false, false, false, false, false, false, false, false, false, false, false, false,
-  false, false, false, false, false, false, false, false, false, false, false, false,
-  false, false, false, false, false, false, false, false, false, false, false, false,
-  false, false, false, false, false, false, false, false, false, false, false, false,
-  false, false, false, false, false, false, false, false, false, false, false, false,
-  false, false, false, false, false, false, false, false, false, false, false, false,
-  false, false, false, false, false, false, false, false, false, false, false, false,
-}
+-- the requests this key alone admits. Every slot is filled first, in
+-- order, so that the table is an array: slots written sparsely land in
+-- its hash part, and its rehashes cost more than the rest of a key's
+-- reading.
+local st = {}
+for k = 1, 12 * n do
+  st[k] = false
+end
 
 -- Reads key i's state under its window, with everything validated;
 -- returns an error reply or nil.
@@ -411,20 +394,6 @@ for i = 1, n do
   end
 end
 
--- The k-th oldest unit inside key i's window (1 <= k <= count).
-local function unit(i, k)
-  local b = 12 * (i - 1)
-  local kind = st[b + 1]
-  if kind == COMPACT then
-    return sunpack('>I7', st[b + 2], 2 + 7 * (st[b + 5] + k - 1))
-  elseif kind == ZSET then
-    local z = redis.call('ZRANGEBYSCORE', KEYS[i], '(' .. score(st[b + 9]), '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
-    local x = tonumber(z[2])
-    return x - x % 1 -- validated integral up to the newest
-  end
-  return now
-end
-
 -- The reply: A, then the statuses after the A-th request (Evaluate, A >
 -- 0), then those of a refused request (A < n), or for Peek those of the
 -- state as it stands. Reads come before every write.
@@ -432,20 +401,26 @@ local U = 0 -- the requests consumed
 if consume then
   U = A
 end
--- Presized, as st, for the longest reply (1 + 3 * 16 values): Redis
--- reads it up to the first nil.
-local reply = {
-  A,
-  nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
-  nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
-  nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
-  nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
-}
+local reply = {A}
 local o = 1
 if U > 0 then
   o = 1 + 2 * n
 end
 if not consume or A < reps then
+  -- The k-th oldest unit inside key i's window (1 <= k <= count).
+  local function unit(i, k)
+    local b = 12 * (i - 1)
+    local kind = st[b + 1]
+    if kind == COMPACT then
+      return sunpack('>I7', st[b + 2], 2 + 7 * (st[b + 5] + k - 1))
+    elseif kind == ZSET then
+      local z = redis.call('ZRANGEBYSCORE', KEYS[i], '(' .. format('%.0f', st[b + 9]), '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
+      local x = tonumber(z[2])
+      return x - x % 1 -- validated integral up to the newest
+    end
+    return now
+  end
+
   for i = 1, n do
     local b = 12 * (i - 1)
     local count, newest, t = st[b + 6], st[b + 7], st[b + 11]
@@ -584,7 +559,7 @@ for i = 1, U > 0 and n or 0 do
                 put(sunpack('>I7', v, 2 + 7 * j))
               end
             else
-              local z = redis.call('ZRANGEBYSCORE', key, '(' .. score(st[b + 10]), '+inf', 'WITHSCORES')
+              local z = redis.call('ZRANGEBYSCORE', key, '(' .. format('%.0f', st[b + 10]), '+inf', 'WITHSCORES')
               for j = 2, #z, 2 do
                 local x = tonumber(z[j])
                 if x < 0 then
