@@ -56,4 +56,4 @@ var RateLimitV3 string
 
 // RateLimitV3SHA1 is the SHA1 of RateLimitV3. A test checks it against the
 // embedded text.
-const RateLimitV3SHA1 = "71aeb67080f68709b422497d580f05dfe8ca8076"
+const RateLimitV3SHA1 = "6cfb0c2fadff0ccc9c4056c1016a87d9877b794e"

