@@ -35,7 +35,7 @@ func TestRateLimitV2IsImmutable(t *testing.T) {
 }
 
 // pinnedRateLimitV3 is the SHA1 of the released rate_limit_v3.lua.
-const pinnedRateLimitV3 = "6cfb0c2fadff0ccc9c4056c1016a87d9877b794e"
+const pinnedRateLimitV3 = "6149b17be1dfc8520777226fcd201c3a7ac38e6a"
 
 func TestRateLimitV3IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV3))
