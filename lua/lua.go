@@ -56,4 +56,4 @@ var RateLimitV3 string
 
 // RateLimitV3SHA1 is the SHA1 of RateLimitV3. A test checks it against the
 // embedded text.
-const RateLimitV3SHA1 = "8d5018c69d580b6c385e238556229c93312f162b"
+const RateLimitV3SHA1 = "eccea6748f15b3bd9b0f6f7438e56509df801fc0"

@@ -130,8 +130,19 @@ local function bad(i, reason)
   return redis.error_reply('SLUICEVALUE ' .. i .. ' ' .. reason)
 end
 
-local function score(x)
-  return string.format('%.0f', x)
+local format = string.format
+
+-- A TTL in milliseconds as the string redis.call sends: a number argument
+-- costs Redis a conversion per call, and the keys of one window share
+-- their TTL, converted once.
+local ttls = {}
+local function ttl(px)
+  local s = ttls[px]
+  if not s then
+    s = format('%.0f', px)
+    ttls[px] = s
+  end
+  return s
 end
 
 -- Per key, 12 slots of st from 12(i-1), the ones its window needs: 1
@@ -139,14 +150,88 @@ end
 -- the emission interval; for a sliding log 2 the value (compact string
 -- or TAT), 4 the first kept index and 5 the first index inside the
 -- window (compact), 6 the units inside the window, 7 the newest unit (or
--- false), 9 the lower bound of the window and 10 the forget bound; 12
--- the requests this key alone admits.
-local st = {}
+-- false), 9 the lower bound of the window and 10 the forget bound (3
+-- and 12 unused). Every slot exists from the start, so that the table
+-- is an array: slots written sparsely land in its hash part, and its
+-- rehashes cost more than the rest of a key's reading. A constructor
+-- sizes it at once for the common requests (the dual layer's 2 keys, the
+-- nine windows), cheaper than filling it slot by slot.
+local st
+if n <= 2 then
+  st = {
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+  }
+elseif n <= 9 then
+  st = {
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+  }
+else
+  st = {}
+  for k = 1, 12 * n do
+    st[k] = false
+  end
+end
 
--- Reads key i's state under its window, with everything validated;
--- returns an error reply or nil.
-local function check(i, kind, v)
+-- Read phase: one MGET reads every string; nothing is written before
+-- every key is read and validated. First each key's kind (slot 1 of its
+-- state): what MGET found, a ZSET window's key (nil, or a ZSET: the ZSET
+-- commands tell), or for a key found missing under a window that wants a
+-- string, what one EXISTS over all of them (and TYPE, only when that
+-- finds one) says.
+local got = redis.call('MGET', unpack(KEYS))
+local probe
+for i = 1, n do
+  local v = got[i]
+  local kind = NONE
+  if v then
+    if byte(v, 1) == 1 then
+      kind = COMPACT
+    else
+      kind = GCRA
+    end
+  elseif arg[4 * i - 3] == 0 and arg[4 * i - 2] > compact then
+    kind = ZSET
+  else
+    probe = probe or {}
+    probe[#probe + 1] = i
+  end
+  st[12 * i - 11] = kind
+end
+if probe then
+  local ks = {}
+  for j = 1, #probe do
+    ks[j] = KEYS[probe[j]]
+  end
+  if redis.call('EXISTS', unpack(ks)) > 0 then
+    for j = 1, #probe do
+      local i = probe[j]
+      local ty = redis.call('TYPE', KEYS[i])['ok']
+      if ty == 'zset' then
+        st[12 * i - 11] = ZSET
+      elseif ty ~= 'none' then
+        return bad(i, 'wrongtype')
+      end
+    end
+  end
+end
+
+-- Then each key's state under its window, validated, written in place
+-- (a function per key would be a closure of about fifteen upvalues, made on
+-- every call: it cost more than its work); A, the requests every key
+-- admits, is the least of what each alone fits.
+local A = reps
+for i = 1, n do
   local b = 12 * (i - 1)
+  local kind, v = st[b + 1], got[i]
   local j = 4 * i
   local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
   local t = (p - p % l) / l
@@ -154,19 +239,21 @@ local function check(i, kind, v)
     t = 1
   end
   local tw = false
-  local key = KEYS[i]
   -- Validate and decode what the key holds.
   if kind == GCRA then
-    if byte(v, 1) == 2 then
-      if #v ~= 17 then
-        return bad(i, 'malformed')
-      end
-      v, tw = sunpack('>i8i8', v, 2)
-      if tw < 1 or tw > MAXP then
+    local tag, x, y = 0
+    if #v == 17 then
+      -- One unpack reads the tag too; a 17-character decimal starts with
+      -- a digit or '-', never byte 2.
+      tag, x, y = sunpack('>Bi8i8', v)
+    end
+    if tag == 2 then
+      if y < 1 or y > MAXP then
         return bad(i, 'range')
       end
+      v, tw = x, y
     else
-      local x = tonumber(v)
+      x = tonumber(v)
       if not x then
         return bad(i, 'malformed')
       end
@@ -210,10 +297,17 @@ local function check(i, kind, v)
       if first <= fcut then
         lo = above(v, 1, m, fcut, nil, newest)
       end
-      low = above(v, lo, m, lower, lo == 0 and first or nil, newest)
+      if lower == fcut then
+        -- No grace (and no unit ahead of now): the window's boundary is
+        -- the forget bound, found once.
+        low = lo
+      else
+        low = above(v, lo, m, lower, lo == 0 and first or nil, newest)
+      end
       count = m - low
     end
   elseif kind == ZSET then
+    local key = KEYS[i]
     local z = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
     if z.err then
       return bad(i, 'wrongtype')
@@ -282,104 +376,32 @@ local function check(i, kind, v)
     else
       fit = 0
     end
-    st[b + 1], st[b + 8], st[b + 11], st[b + 12] = kind, start, t, fit
-    return nil
-  end
-  if kind == GCRA then
-    -- S3: the units a GCRA state holds, stamped now.
-    if v > now then
-      local w = tw or t
-      local d = v - now
-      count = (d - d % w) / w
-      if d % w > 0 then
-        count = count + 1
-      end
-      newest = now
-    end
-  end
-  local room = l - count
-  if room > 0 then
-    fit = (room - room % c) / c
+    st[b + 1], st[b + 8], st[b + 11] = kind, start, t
   else
-    fit = 0
-  end
-  st[b + 1], st[b + 2], st[b + 4], st[b + 5], st[b + 6] = kind, v, lo, low, count
-  st[b + 7], st[b + 9], st[b + 10], st[b + 12] = newest, lower, fcut, fit
-  return nil
-end
-
--- Read phase: one MGET reads every string; nothing is written before
--- every key is read and validated.
-local got = redis.call('MGET', unpack(KEYS))
-local probe
-for i = 1, n do
-  local v = got[i]
-  local kind
-  if v then
-    local f = byte(v, 1)
-    if f == 1 then
-      kind = COMPACT
-    else
-      kind = GCRA
-    end
-  else
-    if arg[4 * i - 3] == 0 and arg[4 * i - 2] > compact then
-      kind = ZSET -- nil, or a ZSET: the ZSET commands tell
-    else
-      probe = probe or {}
-      probe[#probe + 1] = i
-    end
-  end
-  if kind then
-    local err = check(i, kind, v)
-    if err then
-      return err
-    end
-  end
-end
-if probe then
-  local ks = {}
-  for j = 1, #probe do
-    ks[j] = KEYS[probe[j]]
-  end
-  local found = redis.call('EXISTS', unpack(ks))
-  for j = 1, #probe do
-    local i, kind = probe[j], NONE
-    if found > 0 then
-      local ty = redis.call('TYPE', KEYS[i])['ok']
-      if ty == 'zset' then
-        kind = ZSET
-      elseif ty ~= 'none' then
-        return bad(i, 'wrongtype')
+    if kind == GCRA then
+      -- S3: the units a GCRA state holds, stamped now.
+      if v > now then
+        local w = tw or t
+        local d = v - now
+        count = (d - d % w) / w
+        if d % w > 0 then
+          count = count + 1
+        end
+        newest = now
       end
     end
-    local err = check(i, kind, nil)
-    if err then
-      return err
+    local room = l - count
+    if room > 0 then
+      fit = (room - room % c) / c
+    else
+      fit = 0
     end
+    st[b + 1], st[b + 2], st[b + 4], st[b + 5], st[b + 6] = kind, v, lo, low, count
+    st[b + 7], st[b + 9], st[b + 10] = newest, lower, fcut
   end
-end
-
-local A = reps
-for i = 1, n do
-  local fit = st[12 * i]
   if fit < A then
     A = fit
   end
-end
-
--- The k-th oldest unit inside key i's window (1 <= k <= count).
-local function unit(i, k)
-  local b = 12 * (i - 1)
-  local kind = st[b + 1]
-  if kind == COMPACT then
-    return sunpack('>I7', st[b + 2], 2 + 7 * (st[b + 5] + k - 1))
-  elseif kind == ZSET then
-    local z = redis.call('ZRANGEBYSCORE', KEYS[i], '(' .. score(st[b + 9]), '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
-    local x = tonumber(z[2])
-    return x - x % 1 -- validated integral up to the newest
-  end
-  return now
 end
 
 -- The reply: A, then the statuses after the A-th request (Evaluate, A >
@@ -395,6 +417,20 @@ if U > 0 then
   o = 1 + 2 * n
 end
 if not consume or A < reps then
+  -- The k-th oldest unit inside key i's window (1 <= k <= count).
+  local function unit(i, k)
+    local b = 12 * (i - 1)
+    local kind = st[b + 1]
+    if kind == COMPACT then
+      return sunpack('>I7', st[b + 2], 2 + 7 * (st[b + 5] + k - 1))
+    elseif kind == ZSET then
+      local z = redis.call('ZRANGEBYSCORE', KEYS[i], '(' .. format('%.0f', st[b + 9]), '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
+      local x = tonumber(z[2])
+      return x - x % 1 -- validated integral up to the newest
+    end
+    return now
+  end
+
   for i = 1, n do
     local b = 12 * (i - 1)
     local count, newest, t = st[b + 6], st[b + 7], st[b + 11]
@@ -476,9 +512,9 @@ for i = 1, U > 0 and n or 0 do
           px = minttl
         end
         if bare then
-          redis.call('SET', KEYS[i], new, 'PX', px)
+          redis.call('SET', KEYS[i], new, 'PX', ttl(px))
         else
-          redis.call('SET', KEYS[i], '\2' .. pack('>i8i8', new, t), 'PX', px)
+          redis.call('SET', KEYS[i], pack('>Bi8i8', 2, new, t), 'PX', ttl(px))
         end
       end
     else
@@ -533,7 +569,7 @@ for i = 1, U > 0 and n or 0 do
                 put(sunpack('>I7', v, 2 + 7 * j))
               end
             else
-              local z = redis.call('ZRANGEBYSCORE', key, '(' .. score(st[b + 10]), '+inf', 'WITHSCORES')
+              local z = redis.call('ZRANGEBYSCORE', key, '(' .. format('%.0f', st[b + 10]), '+inf', 'WITHSCORES')
               for j = 2, #z, 2 do
                 local x = tonumber(z[j])
                 if x < 0 then
@@ -552,7 +588,7 @@ for i = 1, U > 0 and n or 0 do
           end
         end
         if w then
-          redis.call('SET', key, w, 'PX', px)
+          redis.call('SET', key, w, 'PX', ttl(px))
         else
           -- A ZSET: trim what is forgotten for good, add the units.
           if kind == ZSET then
@@ -580,7 +616,10 @@ for i = 1, U > 0 and n or 0 do
               redis.call('ZADD', key, unpack(args))
             end
           end
-          for u = 1, used, 500 do
+          if used == 1 then
+            redis.call('ZADD', key, now, nonce .. ':1')
+          end
+          for u = 1, used > 1 and used or 0, 500 do
             local args = {}
             for m = u, math.min(u + 499, used) do
               args[#args + 1] = now
@@ -588,7 +627,7 @@ for i = 1, U > 0 and n or 0 do
             end
             redis.call('ZADD', key, unpack(args))
           end
-          redis.call('PEXPIRE', key, px)
+          redis.call('PEXPIRE', key, ttl(px))
         end
       end
     end
