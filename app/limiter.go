@@ -488,7 +488,8 @@ func (l *Limiter) evaluateStore(ctx context.Context, ev *evaluation) (domain.Res
 // deadline, whoever set it, wraps domain.ErrStoreTimeout.
 func (l *Limiter) callStore(ctx context.Context, ev *evaluation, op ports.StoreOp) (domain.Result, time.Time, error) {
 	limits := ev.limits[:ev.n]
-	sctx, cancel := context.WithTimeout(ctx, l.cfg.StoreTimeout)
+	// The deadline's timer starts only if the store waits on it (deadline.go).
+	sctx := newStoreContext(ctx, l.cfg.StoreTimeout)
 	start := l.clock.Now()
 	var res domain.Result
 	var err error
@@ -498,7 +499,7 @@ func (l *Limiter) callStore(ctx context.Context, ev *evaluation, op ports.StoreO
 		res, err = l.store.Evaluate(sctx, ev.now, limits)
 	}
 	ev.latency = l.clock.Now().Sub(start)
-	cancel()
+	sctx.stop()
 	ev.madeCall, ev.callStart = true, start
 	err = classify(err)
 	l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: op, Start: start, Latency: ev.latency, Keys: ev.n, Err: err})
