@@ -2,7 +2,7 @@ package app
 
 import (
 	"net/netip"
-	"strings"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/domain"
 )
@@ -92,11 +92,11 @@ func (id identity) client() (domain.Dimension, string) {
 }
 
 // addProfileKeys adds the limits of p's windows for the identities the
-// request carries. The keys are cut from one string, so that a decision
-// allocates once for all of them.
+// request carries. The keys are appended to one buffer and cut from it, so
+// that a decision allocates once for all of them and copies each key once.
 func (ev *evaluation) addProfileKeys(p *profile, id identity, cost int64) {
 	var parts [domain.MaxLimits]domain.KeyParts
-	n, total := 0, 0
+	n, total, tag := 0, 0, id.tag()
 	for _, dw := range p.Dimensions {
 		pid := id.of(dw.Dimension)
 		if pid == "" {
@@ -107,18 +107,21 @@ func (ev *evaluation) addProfileKeys(p *profile, id identity, cost int64) {
 			route = domain.GlobalRouteKey
 		}
 		for _, w := range dw.Windows {
-			parts[n] = domain.KeyParts{Tag: id.tag(), Dimension: dw.Dimension, ID: pid, RouteKey: route, Window: w.Name}
+			parts[n] = domain.KeyParts{Tag: tag, Dimension: dw.Dimension, ID: pid, RouteKey: route, Window: w.Name}
 			total += parts[n].Len()
 			n++
 		}
 	}
-	var b strings.Builder
-	b.Grow(total)
-	var scratch [domain.MaxKeyLen]byte
-	for i := range n {
-		b.Write(parts[i].AppendKey(scratch[:0]))
+	if n == 0 {
+		return
 	}
-	all, start, i := b.String(), 0, 0
+	buf := make([]byte, 0, total)
+	for i := range n {
+		buf = parts[i].AppendKey(buf)
+	}
+	// The buffer is never written again: the keys may share it as strings.
+	all := unsafe.String(unsafe.SliceData(buf), len(buf))
+	start, i := 0, 0
 	for _, dw := range p.Dimensions {
 		if id.of(dw.Dimension) == "" {
 			continue
