@@ -121,7 +121,7 @@ func (ev *evaluation) addProfileKeys(p *profile, id identity, cost int64) {
 	}
 	// The buffer is never written again: the keys may share it as strings.
 	all := unsafe.String(unsafe.SliceData(buf), len(buf))
-	start, i := 0, 0
+	n0, start, i := ev.n, 0, 0
 	for _, dw := range p.Dimensions {
 		if id.of(dw.Dimension) == "" {
 			continue
@@ -131,6 +131,11 @@ func (ev *evaluation) addProfileKeys(p *profile, id identity, cost int64) {
 			ev.add(domain.Limit{Key: all[start:end], Window: w, Cost: cost}, dw.Dimension)
 			start, i = end, i+1
 		}
+	}
+	if n0 == 0 {
+		// The evaluation's keys are exactly these: fingerprint hashes them
+		// in one write.
+		ev.keys = all
 	}
 }
 

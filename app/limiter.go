@@ -238,6 +238,9 @@ type evaluation struct {
 	limits [domain.MaxLimits]domain.Limit
 	dims   [domain.MaxLimits]domain.Dimension
 	n      int
+	// keys, when set, is the keys of limits[:n] end to end: the one
+	// string addProfileKeys cut them from (see fingerprint).
+	keys string
 	// tenantID is the tenant's pseudonym, "" without a tenant.
 	tenantID string
 	// What the degraded matrix needs: the action, and the local cap with
@@ -287,6 +290,7 @@ func putEvaluation(ev *evaluation) { evaluations.Put(ev) }
 func (ev *evaluation) add(l domain.Limit, dim domain.Dimension) {
 	ev.limits[ev.n], ev.dims[ev.n] = l, dim
 	ev.n++
+	ev.keys = "" // no longer the keys of every limit
 }
 
 // minLimit is the smallest limit of the evaluation's windows.
