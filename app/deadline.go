@@ -40,10 +40,12 @@ type armedContext struct {
 
 var _ context.Context = (*storeContext)(nil)
 
-// newStoreContext returns parent bounded by timeout from now, and the
-// function that releases it once the call has returned.
-func newStoreContext(parent context.Context, timeout time.Duration) *storeContext {
-	return &storeContext{parent: parent, deadline: time.Now().Add(timeout)}
+// newStoreContext returns parent bounded by timeout from now, an instant
+// of the wall clock (time.Now, or the Limiter's clock when that is the
+// system clock: one reading fewer per decision). stop releases it once the
+// call has returned.
+func newStoreContext(parent context.Context, now time.Time, timeout time.Duration) *storeContext {
+	return &storeContext{parent: parent, deadline: now.Add(timeout)}
 }
 
 // arm returns the standard context that stands in for c, creating it on
@@ -65,17 +67,17 @@ func (c *storeContext) arm() context.Context {
 	return ctx
 }
 
-// stop releases the context, as the CancelFunc of context.WithDeadline
-// does: from now on Err reports context.Canceled unless the context was
-// already done.
-func (c *storeContext) stop() {
+// stop releases the context at now, an instant of the wall clock, as the
+// CancelFunc of context.WithDeadline does: from then on Err reports
+// context.Canceled unless the context was already done.
+func (c *storeContext) stop(now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if a := c.armed.Load(); a != nil {
 		a.cancel()
 		return
 	}
-	if c.errUnarmed() == nil {
+	if c.parent.Err() == nil && now.Before(c.deadline) {
 		c.stopped.Store(true)
 	}
 }

@@ -54,7 +54,7 @@ func TestStoreContextLikeWithDeadline(t *testing.T) {
 			parent, cancelParentFn := context.WithCancel(base)
 			defer cancelParentFn()
 
-			sc := newStoreContext(parent, tc.timeout)
+			sc := newStoreContext(parent, time.Now(), tc.timeout)
 			ref, refCancel := context.WithDeadline(parent, sc.deadline)
 			defer refCancel()
 			var got, want context.Context = sc, ref
@@ -78,7 +78,7 @@ func TestStoreContextLikeWithDeadline(t *testing.T) {
 				case checkDone:
 					assert.Equal(t, isClosed(want.Done()), isClosed(got.Done()), "step %d: Done closed", i)
 				case stop:
-					sc.stop()
+					sc.stop(time.Now())
 					refCancel()
 				case cancelParent:
 					cancelParentFn()
@@ -108,11 +108,11 @@ func isClosed(ch <-chan struct{}) bool {
 // TestStoreContextUnarmedStartsNoTimer: a store that only asks Err (the
 // local store) leaves the context unarmed, so no timer is started.
 func TestStoreContextUnarmedStartsNoTimer(t *testing.T) {
-	sc := newStoreContext(context.Background(), time.Hour)
+	sc := newStoreContext(context.Background(), time.Now(), time.Hour)
 	require.NoError(t, sc.Err())
 	_, _ = sc.Deadline()
 	assert.Nil(t, sc.armed.Load(), "Err and Deadline arm nothing")
-	sc.stop()
+	sc.stop(time.Now())
 	assert.Nil(t, sc.armed.Load(), "stopping an unarmed context arms nothing")
 	assert.ErrorIs(t, sc.Err(), context.Canceled)
 	_ = sc.Done()

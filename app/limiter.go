@@ -83,6 +83,7 @@ type Limiter struct {
 
 	store, fallback ports.Store
 	clock           ports.Clock
+	systemClock     bool // clock is ports.SystemClock: its instants are wall instants
 	prober          ports.Prober
 	rec             ports.Recorder
 	tracer          ports.DecisionTracer // nil unless rec traces
@@ -169,6 +170,7 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 	if l.clock == nil {
 		l.clock = ports.SystemClock{}
 	}
+	_, l.systemClock = l.clock.(ports.SystemClock)
 	if l.prober == nil {
 		l.prober = storeProber{store: deps.Store, clock: l.clock}
 	}
@@ -492,9 +494,9 @@ func (l *Limiter) evaluateStore(ctx context.Context, ev *evaluation) (domain.Res
 // deadline, whoever set it, wraps domain.ErrStoreTimeout.
 func (l *Limiter) callStore(ctx context.Context, ev *evaluation, op ports.StoreOp) (domain.Result, time.Time, error) {
 	limits := ev.limits[:ev.n]
-	// The deadline's timer starts only if the store waits on it (deadline.go).
-	sctx := newStoreContext(ctx, l.cfg.StoreTimeout)
 	start := l.clock.Now()
+	// The deadline's timer starts only if the store waits on it (deadline.go).
+	sctx := newStoreContext(ctx, l.wall(start), l.cfg.StoreTimeout)
 	var res domain.Result
 	var err error
 	if op == ports.OpPeek {
@@ -502,12 +504,23 @@ func (l *Limiter) callStore(ctx context.Context, ev *evaluation, op ports.StoreO
 	} else {
 		res, err = l.store.Evaluate(sctx, ev.now, limits)
 	}
-	ev.latency = l.clock.Now().Sub(start)
-	sctx.stop()
+	end := l.clock.Now()
+	ev.latency = end.Sub(start)
+	sctx.stop(l.wall(end))
 	ev.madeCall, ev.callStart = true, start
 	err = classify(err)
 	l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: op, Start: start, Latency: ev.latency, Keys: ev.n, Err: err})
 	return res, start, err
+}
+
+// wall returns t, an instant the Limiter's clock just read, when that
+// clock is the system clock, else the system clock's now: what a context's
+// deadline is measured on.
+func (l *Limiter) wall(t time.Time) time.Time {
+	if l.systemClock {
+		return t
+	}
+	return time.Now()
 }
 
 // classify gives a store error its code: a deadline that passed is a
