@@ -24,18 +24,16 @@ type storeContext struct {
 	parent   context.Context
 	deadline time.Time
 
-	// armed is the context.WithDeadline that stands in for this one once
-	// armed; nil until then.
-	armed atomic.Pointer[armedContext]
-	mu    sync.Mutex
+	// armed is set once actx, the context.WithDeadline that stands in for
+	// this one, and its cancel are, under mu: a reader that sees it set
+	// reads them without the lock.
+	armed   atomic.Bool
+	actx    context.Context
+	acancel context.CancelFunc
+	mu      sync.Mutex
 	// stopped is set by stop, under mu: a context armed after the call
 	// returned is born cancelled, as a cancelled WithDeadline context is.
 	stopped atomic.Bool
-}
-
-type armedContext struct {
-	ctx    context.Context
-	cancel context.CancelFunc
 }
 
 var _ context.Context = (*storeContext)(nil)
@@ -51,20 +49,20 @@ func newStoreContext(parent context.Context, now time.Time, timeout time.Duratio
 // arm returns the standard context that stands in for c, creating it on
 // the first call.
 func (c *storeContext) arm() context.Context {
-	if a := c.armed.Load(); a != nil {
-		return a.ctx
+	if c.armed.Load() {
+		return c.actx
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if a := c.armed.Load(); a != nil {
-		return a.ctx
+	if c.armed.Load() {
+		return c.actx
 	}
-	ctx, cancel := context.WithDeadline(c.parent, c.deadline)
+	c.actx, c.acancel = context.WithDeadline(c.parent, c.deadline)
 	if c.stopped.Load() {
-		cancel()
+		c.acancel()
 	}
-	c.armed.Store(&armedContext{ctx: ctx, cancel: cancel})
-	return ctx
+	c.armed.Store(true)
+	return c.actx
 }
 
 // stop releases the context at now, an instant of the wall clock, as the
@@ -73,8 +71,8 @@ func (c *storeContext) arm() context.Context {
 func (c *storeContext) stop(now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if a := c.armed.Load(); a != nil {
-		a.cancel()
+	if c.armed.Load() {
+		c.acancel()
 		return
 	}
 	if c.parent.Err() == nil && now.Before(c.deadline) {
@@ -96,8 +94,8 @@ func (c *storeContext) Done() <-chan struct{} { return c.arm().Done() }
 // Err reports why the context is done, without arming it: the parent's
 // error first, as a derived context inherits it, then the deadline.
 func (c *storeContext) Err() error {
-	if a := c.armed.Load(); a != nil {
-		return a.ctx.Err()
+	if c.armed.Load() {
+		return c.actx.Err()
 	}
 	if c.stopped.Load() {
 		return context.Canceled

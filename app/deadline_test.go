@@ -111,10 +111,10 @@ func TestStoreContextUnarmedStartsNoTimer(t *testing.T) {
 	sc := newStoreContext(context.Background(), time.Now(), time.Hour)
 	require.NoError(t, sc.Err())
 	_, _ = sc.Deadline()
-	assert.Nil(t, sc.armed.Load(), "Err and Deadline arm nothing")
+	assert.False(t, sc.armed.Load(), "Err and Deadline arm nothing")
 	sc.stop(time.Now())
-	assert.Nil(t, sc.armed.Load(), "stopping an unarmed context arms nothing")
+	assert.False(t, sc.armed.Load(), "stopping an unarmed context arms nothing")
 	assert.ErrorIs(t, sc.Err(), context.Canceled)
 	_ = sc.Done()
-	assert.NotNil(t, sc.armed.Load(), "Done arms")
+	assert.True(t, sc.armed.Load(), "Done arms")
 }
