@@ -3,6 +3,7 @@ package app
 import (
 	"hash/maphash"
 	"math/bits"
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 
@@ -11,15 +12,34 @@ import (
 
 // pseudonymCache remembers the pseudonyms of recently seen identifiers, so
 // that a hot identifier is not run through HMAC-SHA256 on every request.
-// It is a fixed table of slots (a direct-mapped cache): a newcomer replaces
-// the slot's previous holder, memory stays bounded, and a lookup never
-// locks. It holds normalised identifiers in process memory only; nothing
-// of it reaches a key, a label or a log.
+// It is a fixed table of slots in sets of pseudonymWays: an identifier
+// lives in one set, in any of its slots; a newcomer takes an empty slot of
+// its set, else a random one. Memory stays bounded and a lookup never
+// locks. Sets rather than one slot per identifier (a direct-mapped cache)
+// because a direct-mapped table keeps only about half of a working set of
+// three quarters of its size (two identifiers hashed to one slot evict
+// each other for good), while sets of eight keep about nine in ten.
+// It holds normalised identifiers in process memory only; nothing of it
+// reaches a key, a label or a log.
 type pseudonymCache struct {
 	pseudo *domain.Pseudonymiser
 	seed   maphash.Seed
-	slots  []atomic.Pointer[pseudonymEntry]
-	mask   uint64
+	slots  []pseudonymSlot
+	// sets is the number of sets minus one: a mask.
+	sets uint64
+}
+
+// pseudonymWays is the number of slots of a set.
+const pseudonymWays = 8
+
+// pseudonymSlot is one slot: the entry, and its identifier's hash, which
+// lets a lookup pass over the other slots of its set without reading their
+// entries. The two are stored apart: a hash that does not match its entry
+// (a reader between the two stores) only costs a comparison, since an
+// entry is returned only when its own dimension and identifier match.
+type pseudonymSlot struct {
+	hash  atomic.Uint64
+	entry atomic.Pointer[pseudonymEntry]
 }
 
 type pseudonymEntry struct {
@@ -29,12 +49,13 @@ type pseudonymEntry struct {
 }
 
 // newPseudonymCache returns a cache of at least size slots (rounded up to
-// a power of two), or a pass-through one for a negative size.
+// a power of two, and to one set), or a pass-through one for a negative
+// size.
 func newPseudonymCache(p *domain.Pseudonymiser, size int) *pseudonymCache {
 	c := &pseudonymCache{pseudo: p, seed: maphash.MakeSeed()}
 	if size > 0 {
-		n := 1 << bits.Len(uint(size-1))
-		c.slots, c.mask = make([]atomic.Pointer[pseudonymEntry], n), uint64(n-1)
+		n := max(1<<bits.Len(uint(size-1)), pseudonymWays)
+		c.slots, c.sets = make([]pseudonymSlot, n), uint64(n/pseudonymWays-1)
 	}
 	return c
 }
@@ -47,13 +68,29 @@ func (c *pseudonymCache) get(d domain.Dimension, id string) string {
 	if c.slots == nil {
 		return c.pseudo.Pseudonymise(d, id)
 	}
-	slot := &c.slots[(maphash.String(c.seed, id)+uint64(d))&c.mask]
-	if e := slot.Load(); e != nil && e.dim == d && e.id == id {
-		return e.pseudo
+	h := maphash.String(c.seed, id) + uint64(d)
+	set := c.slots[(h&c.sets)*pseudonymWays:][:pseudonymWays]
+	free := -1
+	for i := range set {
+		s := &set[i]
+		if s.hash.Load() != h {
+			if free < 0 && s.entry.Load() == nil {
+				free = i
+			}
+			continue
+		}
+		if e := s.entry.Load(); e != nil && e.dim == d && e.id == id {
+			return e.pseudo
+		}
 	}
 	p := c.pseudo.Pseudonymise(d, id)
+	if free < 0 {
+		free = rand.IntN(pseudonymWays)
+	}
 	// A clone, so that the cache never pins a larger buffer the identifier
 	// was cut from.
-	slot.Store(&pseudonymEntry{dim: d, id: strings.Clone(id), pseudo: p})
+	s := &set[free]
+	s.entry.Store(&pseudonymEntry{dim: d, id: strings.Clone(id), pseudo: p})
+	s.hash.Store(h)
 	return p
 }
