@@ -38,12 +38,10 @@ type storeContext struct {
 
 var _ context.Context = (*storeContext)(nil)
 
-// newStoreContext returns parent bounded by timeout from now, an instant
-// of the wall clock (time.Now, or the Limiter's clock when that is the
-// system clock: one reading fewer per decision). stop releases it once the
-// call has returned.
-func newStoreContext(parent context.Context, now time.Time, timeout time.Duration) *storeContext {
-	return &storeContext{parent: parent, deadline: now.Add(timeout)}
+// newStoreContext returns parent bounded by deadline, an instant of the
+// wall clock. stop releases it once the call has returned.
+func newStoreContext(parent context.Context, deadline time.Time) *storeContext {
+	return &storeContext{parent: parent, deadline: deadline}
 }
 
 // arm returns the standard context that stands in for c, creating it on

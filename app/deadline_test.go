@@ -54,7 +54,7 @@ func TestStoreContextLikeWithDeadline(t *testing.T) {
 			parent, cancelParentFn := context.WithCancel(base)
 			defer cancelParentFn()
 
-			sc := newStoreContext(parent, time.Now(), tc.timeout)
+			sc := newStoreContext(parent, time.Now().Add(tc.timeout))
 			ref, refCancel := context.WithDeadline(parent, sc.deadline)
 			defer refCancel()
 			var got, want context.Context = sc, ref
@@ -108,7 +108,7 @@ func isClosed(ch <-chan struct{}) bool {
 // TestStoreContextUnarmedStartsNoTimer: a store that only asks Err (the
 // local store) leaves the context unarmed, so no timer is started.
 func TestStoreContextUnarmedStartsNoTimer(t *testing.T) {
-	sc := newStoreContext(context.Background(), time.Now(), time.Hour)
+	sc := newStoreContext(context.Background(), time.Now().Add(time.Hour))
 	require.NoError(t, sc.Err())
 	_, _ = sc.Deadline()
 	assert.False(t, sc.armed.Load(), "Err and Deadline arm nothing")
@@ -117,4 +117,46 @@ func TestStoreContextUnarmedStartsNoTimer(t *testing.T) {
 	assert.ErrorIs(t, sc.Err(), context.Canceled)
 	_ = sc.Done()
 	assert.True(t, sc.armed.Load(), "Done arms")
+}
+
+// BenchmarkStoreContext compares a store call's context with the
+// context.WithTimeout it replaces: unarmed (a store that checks Err, as
+// the local store does) and armed (one that waits on Done, as rueidis
+// does).
+//
+//	go test -run '^$' -bench StoreContext -benchmem ./app/
+func BenchmarkStoreContext(b *testing.B) {
+	parent := context.Background()
+	b.Run("WithTimeout/Err", func(b *testing.B) {
+		for b.Loop() {
+			ctx, cancel := context.WithTimeout(parent, time.Second)
+			_ = ctx.Err()
+			cancel()
+		}
+	})
+	b.Run("storeContext/Err", func(b *testing.B) {
+		for b.Loop() {
+			now := time.Now()
+			ctx := newStoreContext(parent, now.Add(time.Second))
+			_ = ctx.Err()
+			ctx.stop(now)
+		}
+	})
+	b.Run("WithTimeout/Done", func(b *testing.B) {
+		for b.Loop() {
+			ctx, cancel := context.WithTimeout(parent, time.Second)
+			_ = ctx.Err()
+			_ = ctx.Done()
+			cancel()
+		}
+	})
+	b.Run("storeContext/Done", func(b *testing.B) {
+		for b.Loop() {
+			now := time.Now()
+			ctx := newStoreContext(parent, now.Add(time.Second))
+			_ = ctx.Err()
+			_ = ctx.Done()
+			ctx.stop(now)
+		}
+	})
 }

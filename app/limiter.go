@@ -84,9 +84,12 @@ type Limiter struct {
 	store, fallback ports.Store
 	clock           ports.Clock
 	systemClock     bool // clock is ports.SystemClock: its instants are wall instants
-	prober          ports.Prober
-	rec             ports.Recorder
-	tracer          ports.DecisionTracer // nil unless rec traces
+	// storeWaits is set once the primary store has waited on a call's
+	// deadline (callStore).
+	storeWaits atomic.Bool
+	prober     ports.Prober
+	rec        ports.Recorder
+	tracer     ports.DecisionTracer // nil unless rec traces
 
 	// Health: one machine per node of the store (breaker.go); state is
 	// the instance's, the worst node's, for the hot path.
@@ -495,22 +498,42 @@ func (l *Limiter) evaluateStore(ctx context.Context, ev *evaluation) (domain.Res
 func (l *Limiter) callStore(ctx context.Context, ev *evaluation, op ports.StoreOp) (domain.Result, time.Time, error) {
 	limits := ev.limits[:ev.n]
 	start := l.clock.Now()
-	// The deadline's timer starts only if the store waits on it (deadline.go).
-	sctx := newStoreContext(ctx, l.wall(start), l.cfg.StoreTimeout)
+	deadline := l.wall(start).Add(l.cfg.StoreTimeout)
 	var res domain.Result
 	var err error
-	if op == ports.OpPeek {
-		res, err = l.store.Peek(sctx, ev.now, limits)
+	var end time.Time
+	if l.storeWaits.Load() {
+		// A store that waits on the deadline (Redis) arms any context: the
+		// standard one costs it less than storeContext armed.
+		sctx, cancel := context.WithDeadline(ctx, deadline)
+		res, err = l.storeCall(sctx, op, ev.now, limits)
+		end = l.clock.Now()
+		cancel()
 	} else {
-		res, err = l.store.Evaluate(sctx, ev.now, limits)
+		// The deadline's timer starts only if the store waits on it
+		// (deadline.go); if it does, the next calls take the standard
+		// context.
+		sctx := newStoreContext(ctx, deadline)
+		res, err = l.storeCall(sctx, op, ev.now, limits)
+		end = l.clock.Now()
+		sctx.stop(l.wall(end))
+		if sctx.armed.Load() {
+			l.storeWaits.Store(true)
+		}
 	}
-	end := l.clock.Now()
 	ev.latency = end.Sub(start)
-	sctx.stop(l.wall(end))
 	ev.madeCall, ev.callStart = true, start
 	err = classify(err)
 	l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: op, Start: start, Latency: ev.latency, Keys: ev.n, Err: err})
 	return res, start, err
+}
+
+// storeCall is one call of the primary store.
+func (l *Limiter) storeCall(ctx context.Context, op ports.StoreOp, now time.Time, limits []domain.Limit) (domain.Result, error) {
+	if op == ports.OpPeek {
+		return l.store.Peek(ctx, now, limits)
+	}
+	return l.store.Evaluate(ctx, now, limits)
 }
 
 // wall returns t, an instant the Limiter's clock just read, when that
