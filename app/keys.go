@@ -18,11 +18,11 @@ type identity struct {
 // that a malformed request is refused the same way on every route.
 func (l *Limiter) identify(req Request) (identity, error) {
 	var id identity
-	ip, err := domain.NormaliseIP(req.ClientIP)
+	ip, err := l.names.ip(req.ClientIP)
 	if err != nil {
 		return id, err
 	}
-	id.ip = l.pseudonym(domain.DimensionIP, ip)
+	id.ip = ip
 	for _, f := range []struct {
 		dim domain.Dimension
 		raw string
