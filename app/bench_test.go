@@ -102,3 +102,53 @@ func BenchmarkEvaluateNineKeys(b *testing.B) {
 		})
 	}
 }
+
+// plainStore hides every optional interface of its store (ports.Repeater
+// among them): the Limiter then makes one call per decision, without
+// coalescing.
+type plainStore struct{ s ports.Store }
+
+func (p plainStore) Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
+	return p.s.Evaluate(ctx, now, limits)
+}
+
+func (p plainStore) Peek(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
+	return p.s.Peek(ctx, now, limits)
+}
+
+func (p plainStore) Reset(ctx context.Context, key string) error { return p.s.Reset(ctx, key) }
+
+func (p plainStore) Close() error { return p.s.Close() }
+
+// BenchmarkLoneDecision is what coalescing (docs/adr/007) costs a decision
+// that finds no call in flight on its key set: nine keys on the local
+// store from one goroutine, with the store's ports.Repeater ("coalescing")
+// and with it hidden ("plain"). Their difference is the fingerprint, the
+// shard's map and its two critical sections.
+//
+//	go test -run '^$' -bench LoneDecision -benchmem ./app/
+func BenchmarkLoneDecision(b *testing.B) {
+	for _, mode := range []string{"plain", "coalescing"} {
+		b.Run(mode, func(b *testing.B) {
+			var primary ports.Store = newLocal(b)
+			if mode == "plain" {
+				primary = plainStore{primary}
+			}
+			clock := fakeclock.New(time.Now())
+			l, err := app.New(benchConfig(), app.Deps{Store: primary, Fallback: newLocal(b), Clock: clock, Recorder: recordertest.Discard{}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { l.Close() })
+			req := app.Request{Route: routeRead, ClientIP: netip.AddrFrom4([4]byte{10, 1, 2, 3}),
+				User: "user@example.org", Tenant: "tenant", APIKey: "key"}
+			b.ReportAllocs()
+			for b.Loop() {
+				clock.Advance(time.Millisecond)
+				if d, err := l.Evaluate(context.Background(), req); err != nil || d.State != domain.Allowed {
+					b.Fatalf("decision %s (%s), err %v", d.State, d.Cause, err)
+				}
+			}
+		})
+	}
+}

@@ -2,7 +2,7 @@ package app
 
 import (
 	"net/netip"
-	"strings"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/domain"
 )
@@ -18,11 +18,11 @@ type identity struct {
 // that a malformed request is refused the same way on every route.
 func (l *Limiter) identify(req Request) (identity, error) {
 	var id identity
-	ip, err := domain.NormaliseIP(req.ClientIP)
+	ip, err := l.names.ip(req.ClientIP)
 	if err != nil {
 		return id, err
 	}
-	id.ip = l.pseudonym(domain.DimensionIP, ip)
+	id.ip = ip
 	for _, f := range []struct {
 		dim domain.Dimension
 		raw string
@@ -92,43 +92,59 @@ func (id identity) client() (domain.Dimension, string) {
 }
 
 // addProfileKeys adds the limits of p's windows for the identities the
-// request carries. The keys are cut from one string, so that a decision
-// allocates once for all of them.
+// request carries. The keys are appended to one buffer of their exact
+// length and cut from it, so that a decision allocates once for all of
+// them and copies each key once.
 func (ev *evaluation) addProfileKeys(p *profile, id identity, cost int64) {
-	var parts [domain.MaxLimits]domain.KeyParts
-	n, total := 0, 0
+	tag, total := id.tag(), 0
 	for _, dw := range p.Dimensions {
-		pid := id.of(dw.Dimension)
-		if pid == "" {
-			continue // the request lacks this identity
-		}
-		route := p.Name
-		if dw.Dimension == domain.DimensionTenantGlobal {
-			route = domain.GlobalRouteKey
-		}
-		for _, w := range dw.Windows {
-			parts[n] = domain.KeyParts{Tag: id.tag(), Dimension: dw.Dimension, ID: pid, RouteKey: route, Window: w.Name}
-			total += parts[n].Len()
-			n++
+		if pid := id.of(dw.Dimension); pid != "" {
+			for _, w := range dw.Windows {
+				total += profileKey(tag, dw.Dimension, pid, p.Name, w.Name).Len()
+			}
 		}
 	}
-	var b strings.Builder
-	b.Grow(total)
-	var scratch [domain.MaxKeyLen]byte
-	for i := range n {
-		b.Write(parts[i].AppendKey(scratch[:0]))
+	if total == 0 {
+		return
 	}
-	all, start, i := b.String(), 0, 0
+	buf := make([]byte, 0, total)
+	var ends [domain.MaxLimits]int
+	n := 0
+	for _, dw := range p.Dimensions {
+		if pid := id.of(dw.Dimension); pid != "" {
+			for _, w := range dw.Windows {
+				buf = profileKey(tag, dw.Dimension, pid, p.Name, w.Name).AppendKey(buf)
+				ends[n] = len(buf)
+				n++
+			}
+		}
+	}
+	// The buffer is never written again: the keys may share it as strings.
+	all := unsafe.String(unsafe.SliceData(buf), len(buf))
+	n0, start, i := ev.n, 0, 0
 	for _, dw := range p.Dimensions {
 		if id.of(dw.Dimension) == "" {
-			continue
+			continue // the request lacks this identity
 		}
 		for _, w := range dw.Windows {
-			end := start + parts[i].Len()
-			ev.add(domain.Limit{Key: all[start:end], Window: w, Cost: cost}, dw.Dimension)
-			start, i = end, i+1
+			ev.add(domain.Limit{Key: all[start:ends[i]], Window: w, Cost: cost}, dw.Dimension)
+			start, i = ends[i], i+1
 		}
 	}
+	if n0 == 0 {
+		// The evaluation's keys are exactly these: fingerprint hashes them
+		// in one write.
+		ev.keys = all
+	}
+}
+
+// profileKey is the key of a profile's window for one identity: the
+// tenant-global dimension counts under its own route key.
+func profileKey(tag string, dim domain.Dimension, pid, route, window string) domain.KeyParts {
+	if dim == domain.DimensionTenantGlobal {
+		route = domain.GlobalRouteKey
+	}
+	return domain.KeyParts{Tag: tag, Dimension: dim, ID: pid, RouteKey: route, Window: window}
 }
 
 // requestOf is the Request whose keys a reset targets.

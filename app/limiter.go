@@ -83,9 +83,13 @@ type Limiter struct {
 
 	store, fallback ports.Store
 	clock           ports.Clock
-	prober          ports.Prober
-	rec             ports.Recorder
-	tracer          ports.DecisionTracer // nil unless rec traces
+	systemClock     bool // clock is ports.SystemClock: its instants are wall instants
+	// storeWaits is set once the primary store has waited on a call's
+	// deadline (callStore).
+	storeWaits atomic.Bool
+	prober     ports.Prober
+	rec        ports.Recorder
+	tracer     ports.DecisionTracer // nil unless rec traces
 
 	// Health: one machine per node of the store (breaker.go); state is
 	// the instance's, the worst node's, for the hot path.
@@ -169,6 +173,7 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 	if l.clock == nil {
 		l.clock = ports.SystemClock{}
 	}
+	_, l.systemClock = l.clock.(ports.SystemClock)
 	if l.prober == nil {
 		l.prober = storeProber{store: deps.Store, clock: l.clock}
 	}
@@ -238,6 +243,9 @@ type evaluation struct {
 	limits [domain.MaxLimits]domain.Limit
 	dims   [domain.MaxLimits]domain.Dimension
 	n      int
+	// keys, when set, is the keys of limits[:n] end to end: the one
+	// string addProfileKeys cut them from (see fingerprint).
+	keys string
 	// tenantID is the tenant's pseudonym, "" without a tenant.
 	tenantID string
 	// What the degraded matrix needs: the action, and the local cap with
@@ -287,6 +295,7 @@ func putEvaluation(ev *evaluation) { evaluations.Put(ev) }
 func (ev *evaluation) add(l domain.Limit, dim domain.Dimension) {
 	ev.limits[ev.n], ev.dims[ev.n] = l, dim
 	ev.n++
+	ev.keys = "" // no longer the keys of every limit
 }
 
 // minLimit is the smallest limit of the evaluation's windows.
@@ -488,21 +497,53 @@ func (l *Limiter) evaluateStore(ctx context.Context, ev *evaluation) (domain.Res
 // deadline, whoever set it, wraps domain.ErrStoreTimeout.
 func (l *Limiter) callStore(ctx context.Context, ev *evaluation, op ports.StoreOp) (domain.Result, time.Time, error) {
 	limits := ev.limits[:ev.n]
-	sctx, cancel := context.WithTimeout(ctx, l.cfg.StoreTimeout)
 	start := l.clock.Now()
+	deadline := l.wall(start).Add(l.cfg.StoreTimeout)
 	var res domain.Result
 	var err error
-	if op == ports.OpPeek {
-		res, err = l.store.Peek(sctx, ev.now, limits)
+	var end time.Time
+	if l.storeWaits.Load() {
+		// A store that waits on the deadline (Redis) arms any context: the
+		// standard one costs it less than storeContext armed.
+		sctx, cancel := context.WithDeadline(ctx, deadline)
+		res, err = l.storeCall(sctx, op, ev.now, limits)
+		end = l.clock.Now()
+		cancel()
 	} else {
-		res, err = l.store.Evaluate(sctx, ev.now, limits)
+		// The deadline's timer starts only if the store waits on it
+		// (deadline.go); if it does, the next calls take the standard
+		// context.
+		sctx := newStoreContext(ctx, deadline)
+		res, err = l.storeCall(sctx, op, ev.now, limits)
+		end = l.clock.Now()
+		sctx.stop(l.wall(end))
+		if sctx.armed.Load() {
+			l.storeWaits.Store(true)
+		}
 	}
-	ev.latency = l.clock.Now().Sub(start)
-	cancel()
+	ev.latency = end.Sub(start)
 	ev.madeCall, ev.callStart = true, start
 	err = classify(err)
 	l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: op, Start: start, Latency: ev.latency, Keys: ev.n, Err: err})
 	return res, start, err
+}
+
+// storeCall is one call of the primary store.
+func (l *Limiter) storeCall(ctx context.Context, op ports.StoreOp, now time.Time, limits []domain.Limit) (domain.Result, error) {
+	if op == ports.OpPeek {
+		return l.store.Peek(ctx, now, limits)
+	}
+	return l.store.Evaluate(ctx, now, limits)
+}
+
+// wall returns t, an instant the Limiter's clock just read, when that
+// clock is the system clock, else the system clock's now: what a context's
+// deadline is measured on.
+func (l *Limiter) wall(t time.Time) time.Time {
+	if l.systemClock {
+		return t
+	}
+	return time.Now()
 }
 
 // classify gives a store error its code: a deadline that passed is a

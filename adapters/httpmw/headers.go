@@ -3,6 +3,7 @@ package httpmw
 import (
 	"net/http"
 	"strconv"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/domain"
 )
@@ -41,13 +42,27 @@ func setRateLimitHeaders(h http.Header, d *domain.Decision) {
 	if !ok {
 		return
 	}
-	// One backing array for the five one-value slices Header.Set would
-	// allocate one by one.
-	v := [...]string{
-		strconv.FormatInt(f.Limit, 10), strconv.FormatInt(f.Remaining, 10), strconv.FormatInt(f.Reset, 10),
-		f.Policy, f.RateLimit,
-	}
-	vals := v[:]
+	// One allocation for the five one-value slices Header.Set would
+	// allocate one by one and for the digits of the three numbers, which
+	// strconv.FormatInt would allocate one by one (any above 99).
+	hv := new(headerValues)
+	b := hv.digits[:0]
+	b = strconv.AppendInt(b, f.Limit, 10)
+	n0 := len(b)
+	b = strconv.AppendInt(b, f.Remaining, 10)
+	n1 := len(b)
+	b = strconv.AppendInt(b, f.Reset, 10)
+	// The digits are never written again: the values may share them.
+	digits := unsafe.String(unsafe.SliceData(b), len(b))
+	hv.v = [...]string{digits[:n0], digits[n0:n1], digits[n1:], f.Policy, f.RateLimit}
+	vals := hv.v[:]
 	h[keyLimit], h[keyRemaining], h[keyReset] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
 	h[keyPolicy], h[keyRateLimit] = vals[3:4:4], vals[4:5:5]
+}
+
+// headerValues holds the values of one response's rate-limit fields.
+type headerValues struct {
+	v [5]string
+	// digits holds three int64s in decimal: at most 20 bytes each.
+	digits [3 * 20]byte
 }

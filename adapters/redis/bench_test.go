@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -168,6 +169,7 @@ func benchEvaluate(b *testing.B, s *redis.Store, addrs []string, sh shape, par i
 	})
 	before := scriptStats(b, addrs)
 	lat := make([]time.Duration, b.N)
+	cpu0 := processCPU(b)
 	var next, failures atomic.Int64
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
@@ -193,6 +195,7 @@ func benchEvaluate(b *testing.B, s *redis.Store, addrs []string, sh shape, par i
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu := processCPU(b) - cpu0
 	b.StopTimer()
 	if n := failures.Load(); n > 0 {
 		b.Fatalf("%d of %d decisions failed or were refused; first: %v", n, b.N, firstErr.Load())
@@ -201,7 +204,21 @@ func benchEvaluate(b *testing.B, s *redis.Store, addrs []string, sh shape, par i
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "client-cpu-µs/op")
 	reportRedisCost(b, before, scriptStats(b, addrs))
+}
+
+// processCPU is the processor time this process (the callers, the store
+// and rueidis; not Redis, a process of its own) has used so far: what
+// issue 17 calls the client CPU of a decision, once divided by the
+// decisions.
+func processCPU(b *testing.B) time.Duration {
+	b.Helper()
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatalf("getrusage: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // stats is what INFO commandstats says of the script commands (EVAL and

@@ -29,8 +29,10 @@ const slotCount = 16384
 
 // Slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
 // hash tag, modulo slotCount.
-func Slot(key string) uint16 {
-	tag := hashTag(key)
+func Slot(key string) uint16 { return tagSlot(hashTag(key)) }
+
+// tagSlot returns the slot of a hash tag (hashTag's result).
+func tagSlot(tag string) uint16 {
 	var crc uint16
 	for i := 0; i < len(tag); i++ {
 		crc = crc<<8 ^ crc16Table[byte(crc>>8)^tag[i]]
@@ -54,14 +56,26 @@ var crc16Table = func() (t [256]uint16) {
 }()
 
 // sameSlot reports whether every limit's key hashes to one slot; when not,
-// it returns the index of the first key that differs from the first.
+// it returns the index of the first key that differs from the first. Keys
+// with the first key's hash tag share its slot without a CRC: sluice's keys
+// of one request share one tag (docs/adr/004), so a request costs one
+// comparison per key, and a CRC only for a key of another tag (which may
+// still land in the same slot).
 func sameSlot(limits []domain.Limit) (ok bool, index int) {
 	if len(limits) == 0 {
 		return true, -1
 	}
-	s := Slot(limits[0].Key)
+	tag := hashTag(limits[0].Key)
+	slot := -1 // the first key's, once a key of another tag needs it
 	for i := 1; i < len(limits); i++ {
-		if Slot(limits[i].Key) != s {
+		t := hashTag(limits[i].Key)
+		if t == tag {
+			continue
+		}
+		if slot < 0 {
+			slot = int(tagSlot(tag))
+		}
+		if int(tagSlot(t)) != slot {
 			return false, i
 		}
 	}
