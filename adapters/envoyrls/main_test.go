@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/require"
@@ -130,3 +131,5 @@ func readFile(t testing.TB, path string) []byte {
 type appConfig = app.Config
 
 func limitertestLocal(t testing.TB) ports.Store { return limitertest.Local(t) }
+
+func header(k, v string) *corev3.HeaderValue { return &corev3.HeaderValue{Key: k, Value: v} }
