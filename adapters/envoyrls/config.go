@@ -2,6 +2,7 @@ package envoyrls
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -88,7 +89,8 @@ type RateConfig struct {
 type RateLimitConfig struct {
 	RateConfig `yaml:",inline"`
 	// Name names the limit for replaces, the response's current_limit and
-	// the window (sanitised to [a-z0-9_-]).
+	// the window (made to fit [a-z0-9_-]{1,32}; default: the descriptor's
+	// key).
 	Name string `yaml:"name"`
 	// Unlimited is refused (ErrUnlimited).
 	Unlimited bool `yaml:"unlimited"`
@@ -323,10 +325,9 @@ func compileRule(dc *DescriptorConfig, at string) (*rule, error) {
 			return nil, &domain.ConfigError{Field: at + ".algorithm", Reason: "sliding_log or gcra", Err: err}
 		}
 	}
-	name := sanitise(rl.Name, 32)
-	if name == "" {
-		name = strings.ToLower(r.unit)
-	}
+	// The window's name: the limit's own, else its descriptor's key, so
+	// that the policy names of one response tell the descriptors apart.
+	name := sanitise(cmp.Or(rl.Name, dc.Key), 32)
 	w := domain.Window{Name: name, Limit: r.limit, Period: r.period, Algorithm: alg}
 	if err := w.Validate(); err != nil {
 		return nil, &domain.ConfigError{Field: at + ".requests_per_unit", Reason: "no store can honour it", Err: err}

@@ -213,8 +213,8 @@ func TestResponseFields(t *testing.T) {
 	for _, h := range resp.ResponseHeadersToAdd {
 		headers[h.Key] = h.Value
 	}
-	assert.Equal(t, `"descriptor-minute";q=100;w=60, "descriptor-minute";q=20;w=60`, headers["RateLimit-Policy"])
-	assert.Equal(t, `"descriptor-minute";r=19;t=60`, headers["RateLimit"])
+	assert.Equal(t, `"descriptor-tenant";q=100;w=60, "descriptor-user";q=20;w=60`, headers["RateLimit-Policy"])
+	assert.Equal(t, `"descriptor-user";r=19;t=60`, headers["RateLimit"])
 	assert.NotContains(t, headers, "Retry-After")
 	resp = r.call(t, "shared", 20, desc("tenant", "acme"), desc("user", "u1"))
 	require.Equal(t, over, resp.OverallCode)
