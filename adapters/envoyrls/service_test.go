@@ -88,94 +88,109 @@ func TestSlidingWindowExactUnderConcurrency(t *testing.T) {
 // TestHitsAddend: the request's hits_addend, a descriptor's own overriding
 // it, and a descriptor's hits of 0 counting nothing.
 func TestHitsAddend(t *testing.T) {
-	r := newRig(t, limitertestLocal(t), "sluice/shared.yaml")
-	d := desc("hits", "h")
-	steps := []struct {
-		name      string
-		hits      uint32
-		own       *wrapperspb.UInt64Value
-		code      rlsv3.RateLimitResponse_Code
-		remaining uint32
-	}{
-		{"request hits", 3, nil, ok, 7},
-		{"descriptor hits win", 3, wrapperspb.UInt64(5), ok, 2},
-		{"zero hits count nothing", 3, wrapperspb.UInt64(0), ok, 0},
-		{"over what is left", 3, nil, over, 2},
-		{"what is left", 2, nil, ok, 0},
-		{"above the limit", 11, nil, over, 0},
-	}
-	for _, s := range steps {
-		dd := &rlcommon.RateLimitDescriptor{Entries: d.Entries, HitsAddend: s.own}
-		resp := r.call(t, "shared", s.hits, dd)
-		require.Equal(t, s.code, resp.OverallCode, s.name)
-		if s.own != nil && s.own.Value == 0 {
-			assert.Nil(t, resp.Statuses[0].CurrentLimit, "%s: not counted", s.name)
-			continue
-		}
-		if s.name != "above the limit" {
-			assert.Equal(t, s.remaining, resp.Statuses[0].LimitRemaining, s.name)
-		}
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, b.primary(t), "sluice/shared.yaml")
+			d := desc("hits", "h")
+			steps := []struct {
+				name      string
+				hits      uint32
+				own       *wrapperspb.UInt64Value
+				code      rlsv3.RateLimitResponse_Code
+				remaining uint32
+			}{
+				{"request hits", 3, nil, ok, 7},
+				{"descriptor hits win", 3, wrapperspb.UInt64(5), ok, 2},
+				{"zero hits count nothing", 3, wrapperspb.UInt64(0), ok, 0},
+				{"over what is left", 3, nil, over, 2},
+				{"what is left", 2, nil, ok, 0},
+				{"above the limit", 11, nil, over, 0},
+			}
+			for _, s := range steps {
+				dd := &rlcommon.RateLimitDescriptor{Entries: d.Entries, HitsAddend: s.own}
+				resp := r.call(t, "shared", s.hits, dd)
+				require.Equal(t, s.code, resp.OverallCode, s.name)
+				if s.own != nil && s.own.Value == 0 {
+					assert.Nil(t, resp.Statuses[0].CurrentLimit, "%s: not counted", s.name)
+					continue
+				}
+				if s.name != "above the limit" {
+					assert.Equal(t, s.remaining, resp.Statuses[0].LimitRemaining, s.name)
+				}
+			}
+		})
 	}
 }
 
 // TestLimitOverride: an override below the domain's ceiling applies, one
 // above it is lowered to it, and a domain without a ceiling ignores them.
 func TestLimitOverride(t *testing.T) {
-	r := newRig(t, limitertestLocal(t), "sluice/shared.yaml", "envoyproxy/example1.yaml")
-	cases := []struct {
-		name   string
-		domain string
-		d      []string
-		rpu    uint32
-		unit   typev3.RateLimitUnit
-		want   uint32
-		unitW  rlsv3.RateLimitResponse_RateLimit_Unit
-	}{
-		{"below the ceiling", "shared", []string{"user", "o1"}, 5, typev3.RateLimitUnit_MINUTE, 5, rlsv3.RateLimitResponse_RateLimit_MINUTE},
-		{"above the ceiling", "shared", []string{"user", "o2"}, 1000, typev3.RateLimitUnit_MINUTE, 20, rlsv3.RateLimitResponse_RateLimit_MINUTE},
-		{"ceiling over an hour", "shared", []string{"user", "o3"}, 5000, typev3.RateLimitUnit_HOUR, 1200, rlsv3.RateLimitResponse_RateLimit_HOUR},
-		{"under one per second", "shared", []string{"user", "o4"}, 2, typev3.RateLimitUnit_SECOND, 20, rlsv3.RateLimitResponse_RateLimit_MINUTE},
-		{"unmatched descriptor", "shared", []string{"other", "o5"}, 3, typev3.RateLimitUnit_MINUTE, 3, rlsv3.RateLimitResponse_RateLimit_MINUTE},
-		{"no ceiling: ignored", "mongo_cps", []string{"database", "users"}, 5, typev3.RateLimitUnit_SECOND, 500, rlsv3.RateLimitResponse_RateLimit_SECOND},
-	}
-	for _, c := range cases {
-		d := desc(c.d...)
-		d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: c.rpu, Unit: c.unit}
-		resp := r.call(t, c.domain, 0, d)
-		require.Equal(t, ok, resp.OverallCode, c.name)
-		require.NotNil(t, resp.Statuses[0].CurrentLimit, c.name)
-		assert.Equal(t, c.want, resp.Statuses[0].CurrentLimit.RequestsPerUnit, c.name)
-		assert.Equal(t, c.unitW, resp.Statuses[0].CurrentLimit.Unit, c.name)
-		assert.Equal(t, c.want-1, resp.Statuses[0].LimitRemaining, c.name)
-	}
-	// The override binds: 5 per minute admits 4 more, then refuses.
-	d := desc("user", "o1")
-	d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_MINUTE}
-	for i := range 5 {
-		want := ok
-		if i == 4 {
-			want = over
-		}
-		assert.Equal(t, want, r.call(t, "shared", 0, d).OverallCode, "call %d", i+2)
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, b.primary(t), "sluice/shared.yaml", "envoyproxy/example1.yaml")
+			cases := []struct {
+				name   string
+				domain string
+				d      []string
+				rpu    uint32
+				unit   typev3.RateLimitUnit
+				want   uint32
+				unitW  rlsv3.RateLimitResponse_RateLimit_Unit
+			}{
+				{"below the ceiling", "shared", []string{"user", "o1"}, 5, typev3.RateLimitUnit_MINUTE, 5, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+				{"above the ceiling", "shared", []string{"user", "o2"}, 1000, typev3.RateLimitUnit_MINUTE, 20, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+				{"ceiling over an hour", "shared", []string{"user", "o3"}, 5000, typev3.RateLimitUnit_HOUR, 1200, rlsv3.RateLimitResponse_RateLimit_HOUR},
+				{"under one per second", "shared", []string{"user", "o4"}, 2, typev3.RateLimitUnit_SECOND, 20, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+				{"unmatched descriptor", "shared", []string{"other", "o5"}, 3, typev3.RateLimitUnit_MINUTE, 3, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+				{"no ceiling: ignored", "mongo_cps", []string{"database", "users"}, 5, typev3.RateLimitUnit_SECOND, 500, rlsv3.RateLimitResponse_RateLimit_SECOND},
+			}
+			for _, c := range cases {
+				d := desc(c.d...)
+				d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: c.rpu, Unit: c.unit}
+				resp := r.call(t, c.domain, 0, d)
+				require.Equal(t, ok, resp.OverallCode, c.name)
+				require.NotNil(t, resp.Statuses[0].CurrentLimit, c.name)
+				assert.Equal(t, c.want, resp.Statuses[0].CurrentLimit.RequestsPerUnit, c.name)
+				assert.Equal(t, c.unitW, resp.Statuses[0].CurrentLimit.Unit, c.name)
+				assert.Equal(t, c.want-1, resp.Statuses[0].LimitRemaining, c.name)
+			}
+			// The override binds: 5 per minute admits 4 more, then refuses.
+			d := desc("user", "o1")
+			d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_MINUTE}
+			for i := range 5 {
+				want := ok
+				if i == 4 {
+					want = over
+				}
+				assert.Equal(t, want, r.call(t, "shared", 0, d).OverallCode, "call %d", i+2)
+			}
+		})
 	}
 }
 
 // TestShadowMode: a limit in shadow mode counts but never refuses, and
 // never stops an enforced descriptor of the same request from counting.
 func TestShadowMode(t *testing.T) {
-	r := newRig(t, limitertestLocal(t), "sluice/shared.yaml")
-	for i := range 3 {
-		resp := r.call(t, "shared", 0, desc("tenant", "acme"), desc("probe", "p"))
-		require.Equal(t, ok, resp.OverallCode, "call %d", i)
-		assert.Equal(t, ok, resp.Statuses[1].Code, "shadow never refuses")
-		assert.Equal(t, uint32(0), resp.Statuses[1].LimitRemaining, "but counts: 1 per minute")
-		assert.Equal(t, uint32(99-i), resp.Statuses[0].LimitRemaining, "the enforced one counts every call")
-	}
-	// The global switch: nothing refuses, the statuses say what would.
-	g := newRigWith(t, limitertestLocal(t), func(c *appConfig) { c.ShadowMode = true }, "sluice/shared.yaml")
-	for range 21 {
-		resp := g.call(t, "shared", 0, desc("user", "u"))
-		assert.Equal(t, ok, resp.OverallCode)
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, b.primary(t), "sluice/shared.yaml")
+			for i := range 3 {
+				resp := r.call(t, "shared", 0, desc("tenant", "acme"), desc("probe", "p"))
+				require.Equal(t, ok, resp.OverallCode, "call %d", i)
+				assert.Equal(t, ok, resp.Statuses[1].Code, "shadow never refuses")
+				assert.Equal(t, uint32(0), resp.Statuses[1].LimitRemaining, "but counts: 1 per minute")
+				assert.Equal(t, uint32(99-i), resp.Statuses[0].LimitRemaining, "the enforced one counts every call")
+			}
+			// The global switch: nothing refuses, the statuses say what would.
+			g := newRigWith(t, b.primary(t), func(c *appConfig) { c.ShadowMode = true }, "sluice/shared.yaml")
+			for range 21 {
+				resp := g.call(t, "shared", 0, desc("user", "u"))
+				assert.Equal(t, ok, resp.OverallCode)
+			}
+		})
 	}
 }
 
