@@ -72,13 +72,19 @@ func newRig(t testing.TB, primary ports.Store, files ...string) *rig {
 
 func newRigWith(t testing.TB, primary ports.Store, edit func(*app.Config), files ...string) *rig {
 	t.Helper()
+	return newRigRecorder(t, primary, edit, &recordertest.Memory{}, files...)
+}
+
+// newRigRecorder is newRigWith recording in rec (a benchmark records in
+// recordertest.Discard, which keeps nothing).
+func newRigRecorder(t testing.TB, primary ports.Store, edit func(*app.Config), rec ports.Recorder, files ...string) *rig {
+	t.Helper()
 	secret := make([]byte, 32)
 	_, err := rand.Read(secret)
 	require.NoError(t, err)
 	acfg := app.Config{HMACSecret: app.Secret(hex.EncodeToString(secret)), StoreTimeout: limitertest.StoreTimeout}
 	edit(&acfg)
 	clock := fakeclock.New(t0)
-	rec := &recordertest.Memory{}
 	lim, err := app.New(acfg, app.Deps{Store: primary, Fallback: limitertest.Local(t), Clock: clock, Recorder: rec})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = lim.Close() })
@@ -98,7 +104,8 @@ func newRigWith(t testing.TB, primary ports.Store, edit func(*app.Config), files
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return &rig{client: rlsv3.NewRateLimitServiceClient(conn), clock: clock, rec: rec, lim: lim}
+	mem, _ := rec.(*recordertest.Memory)
+	return &rig{client: rlsv3.NewRateLimitServiceClient(conn), clock: clock, rec: mem, lim: lim}
 }
 
 // desc builds a descriptor from key, value pairs.
