@@ -2,10 +2,13 @@ package envoyrls
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"net/netip"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -135,7 +138,7 @@ func (d *domainRules) plan(req *rlsv3.RateLimitRequest) ([]*planned, string) {
 		if scope == "" && d.tagKey != "" {
 			for j, k := range keys {
 				if k == d.tagKey {
-					scope = values[j]
+					scope = bounded(values[j])
 					break
 				}
 			}
@@ -166,9 +169,9 @@ func (d *domainRules) planOne(desc *rlcommon.RateLimitDescriptor, keys, values [
 	if h := desc.GetHitsAddend(); h != nil {
 		cost = int64(min(h.GetValue(), domain.MaxLimit+1))
 	}
-	if cost == 0 || desc.GetIsNegativeHits() {
+	if cost == 0 || desc.GetIsNegativeHits() || len(keys) == 0 {
 		// A check without hits, or a refill: sluice counts neither
-		// (docs/adr/011).
+		// (docs/adr/011); a descriptor without entries names nothing.
 		return nil
 	}
 	r := d.match(keys, values)
@@ -244,7 +247,18 @@ func subject(keys, values []string) string {
 			b.WriteString(s)
 		}
 	}
-	return b.String()
+	return bounded(b.String())
+}
+
+// bounded keeps an identity within app.MaxSubjectLen: a longer one (a long
+// path or header value) is counted by its SHA-256, which the Limiter then
+// pseudonymises like any identity, rather than refused.
+func bounded(s string) string {
+	if len(s) <= app.MaxSubjectLen && utf8.ValidString(s) {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // answer writes one decision into the response: the descriptors it

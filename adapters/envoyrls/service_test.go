@@ -2,6 +2,7 @@ package envoyrls_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -214,6 +215,11 @@ func TestReplacesAndWildcards(t *testing.T) {
 	assert.Equal(t, uint32(5), resp.Statuses[0].CurrentLimit.RequestsPerUnit)
 	assert.Equal(t, rlsv3.RateLimitResponse_RateLimit_DAY, resp.Statuses[0].CurrentLimit.Unit)
 	assert.Equal(t, uint32(100), resp.Statuses[1].CurrentLimit.RequestsPerUnit)
+
+	resp = r.call(t, "example7", 0, desc("path", "/foo/"+strings.Repeat("x", 10000)), &rlcommon.RateLimitDescriptor{})
+	assert.Equal(t, ok, resp.OverallCode, "a long value is counted, a descriptor without entries names nothing")
+	assert.Equal(t, uint32(19), resp.Statuses[0].LimitRemaining)
+	assert.Nil(t, resp.Statuses[1].CurrentLimit)
 
 	resp = r.call(t, "unknown_domain", 0, desc("a", "b"))
 	assert.Equal(t, ok, resp.OverallCode, "a domain with no configuration limits nothing")
