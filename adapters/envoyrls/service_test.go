@@ -2,6 +2,7 @@ package envoyrls_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice/domain"
 )
 
 const (
@@ -259,3 +262,23 @@ func TestInvalidRequests(t *testing.T) {
 }
 
 var _ = time.Second
+
+// TestRepeatedAndManyDescriptors: one descriptor sent twice is one key
+// counted twice (envoyproxy/ratelimit increments it twice); more limited
+// descriptors than one decision holds are refused whole, consuming nothing.
+func TestRepeatedAndManyDescriptors(t *testing.T) {
+	r := newRig(t, limitertestLocal(t), "sluice/shared.yaml")
+	resp := r.call(t, "shared", 0, desc("hits", "twice"), desc("hits", "twice"))
+	require.Equal(t, ok, resp.OverallCode)
+	assert.Equal(t, uint32(8), resp.Statuses[0].LimitRemaining)
+	assert.Equal(t, uint32(8), resp.Statuses[1].LimitRemaining)
+
+	var many []*rlcommon.RateLimitDescriptor
+	for i := range domain.MaxLimits + 1 {
+		many = append(many, desc("user", fmt.Sprint("u", i)))
+	}
+	resp = r.call(t, "shared", 0, many...)
+	assert.Equal(t, over, resp.OverallCode)
+	resp = r.call(t, "shared", 0, desc("user", "u0"))
+	assert.Equal(t, uint32(19), resp.Statuses[0].LimitRemaining, "nothing consumed by the refused request")
+}
