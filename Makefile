@@ -8,7 +8,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Go's race detector needs cgo.
 export CGO_ENABLED := 1
 
-.PHONY: all deps test test-short bench bench-http bench-smoke bench-go lint cover demo tidy
+.PHONY: all deps test test-short bench bench-http bench-smoke bench-go lint cover demo rls tidy
 
 all: lint test
 
@@ -103,6 +103,12 @@ bench-go: deps
 ## set (sluice itself has no default). Ctrl-C stops it.
 demo:
 	$(GO) run ./examples/demo -dev
+
+## rls: run sluice-rls, Envoy's global rate-limit service (gRPC :8081,
+## /healthcheck :8080, /metrics :9090), with deploy/envoy/config, on the
+## embedded local store, or on Redis with REDIS_URL. -dev as for demo.
+rls:
+	$(GO) run ./cmd/sluice-rls -config deploy/envoy/config -dev
 
 ## lint: gofmt, go vet and staticcheck (pinned), on the module and on
 ## bench/.

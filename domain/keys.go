@@ -19,6 +19,11 @@ const (
 	// DimensionTenantGlobal counts per tenant across every route (route key
 	// GlobalRouteKey).
 	DimensionTenantGlobal
+	// DimensionDescriptor counts per Envoy rate-limit descriptor (the
+	// entries of one descriptor, docs/adr/011). Profiles cannot name it:
+	// only the Limiter's window entry point (app.Limiter.EvaluateWindows)
+	// builds its keys, so Dimensions leaves it out.
+	DimensionDescriptor
 )
 
 // GlobalRouteKey is the route key of the tenant-global window.
@@ -38,6 +43,8 @@ func (d Dimension) String() string {
 		return "tenant"
 	case DimensionTenantGlobal:
 		return "tenant_global"
+	case DimensionDescriptor:
+		return "descriptor"
 	case DimensionNone:
 		return "none"
 	}

@@ -1,0 +1,60 @@
+// Package envoyrls is sluice's door for every language: Envoy's global
+// rate-limit service (envoy.service.ratelimit.v3.RateLimitService,
+// ShouldRateLimit) on an app.Limiter, with the generated types of
+// github.com/envoyproxy/go-control-plane, configured by envoyproxy/ratelimit's
+// YAML as is (docs/adr/011).
+//
+//	cfg, err := envoyrls.LoadConfig("config/") // one domain per file
+//	...
+//	srv := grpc.NewServer()
+//	rlsv3.RegisterRateLimitServiceServer(srv, envoyrls.New(lim, cfg))
+//
+// # One decision per request
+//
+// Every limited descriptor of a request is decided in one all-or-nothing
+// decision (app.Limiter.EvaluateWindows): when one descriptor is over its
+// limit, the request is OVER_LIMIT and nothing is consumed on any other
+// (envoyproxy/ratelimit counts each descriptor on its own, so refused
+// traffic still uses up the others: its issue #1060). Windows are sliding
+// logs by default (exact), or GCRA per limit (algorithm: gcra).
+//
+// # What a descriptor counts per
+//
+// A descriptor counts per its entries (every key and value, an ip value
+// grouped as sluice's ip dimension is) within the domain, and per scope:
+// the file's hash_tag_key names the descriptor entry (e.g. tenant) whose
+// value scopes every key of a request, so that a request is one Redis
+// Cluster slot and one store call. A request that carries the entry counts
+// each descriptor per (domain, scope value); one that lacks it counts per
+// domain. A descriptor that does not carry the scope entry itself (e.g. a
+// remote_address descriptor beside a tenant one) therefore counts per
+// scope value: an ip across tenants is not counted as one. Counting a
+// descriptor across scopes needs a decision over two slots, which awaits
+// the cross-slot reservations of the lease work (docs/adr/011).
+//
+// # The answer
+//
+// overall_code is OVER_LIMIT when the decision blocks; each descriptor's
+// status carries its current_limit, its own limit_remaining and
+// duration_until_reset; response_headers_to_add carries the IETF
+// RateLimit and RateLimit-Policy fields (domain.RateLimitFields), and
+// Retry-After on a refusal. hits_addend is read per request and per
+// descriptor (a descriptor's hits_addend of 0 and is_negative_hits count
+// nothing). A descriptor's limit override applies only when the domain
+// sets limit_override_ceiling, and never above it. A limit in
+// shadow_mode is decided and counted in a decision of its own that never
+// refuses (so it never changes what the enforced limits consume);
+// replaces drops the named limits from a request that matches the
+// replacing one; detailed_metric changes nothing, as sluice never puts a
+// descriptor's value in a metric label. unlimited: true is refused at
+// boot (ErrUnlimited): a limit that never limits is an allow list.
+//
+// # When the store cannot answer
+//
+// The domain's degraded action (degraded: bypass, deny or local; bypass
+// by default) decides, as sluice's degraded matrix does (docs/adr/005):
+// bypass answers OK under a per-instance cap per scope, deny answers
+// OVER_LIMIT with Retry-After 1, local keeps counting the same windows on
+// the in-process store. Never a silent fail-open: every such decision is
+// recorded as degraded.
+package envoyrls

@@ -1,0 +1,52 @@
+// Command sluice-rls is sluice as Envoy's global rate-limit service
+// (envoy.service.ratelimit.v3.RateLimitService): a drop-in for
+// envoyproxy/ratelimit that reads its YAML as is and decides every
+// descriptor of a request in one all-or-nothing decision (docs/adr/011).
+//
+//	sluice-rls -config deploy/envoy/config -dev   # make rls does this
+//
+// Flags:
+//
+//	-config        envoyproxy/ratelimit YAML: a file, or a directory of
+//	               *.yaml files, one domain each (required)
+//	-sluice-config sluice's own YAML (app.Config: store_timeout,
+//	               probe_interval, shadow_mode...); optional
+//	-grpc-addr     the RateLimitService and grpc.health.v1.Health
+//	               (default :8081, envoyproxy/ratelimit's)
+//	-health-addr   HTTP GET /healthcheck (default :8080)
+//	-metrics-addr  HTTP GET /metrics, Prometheus (default :9090)
+//	-dev           a throw-away HMAC secret when RATE_LIMIT_HMAC_SECRET is
+//	               unset (counters start afresh at every start)
+//
+// Environment: REDIS_URL (a redis:// URL of a standalone server or of
+// any node of a Redis Cluster; without it the embedded local store, one
+// instance's counts) and RATE_LIMIT_HMAC_SECRET (64 hex characters;
+// required without -dev). SIGINT or SIGTERM stop it gracefully: health
+// turns NOT_SERVING, calls in flight finish, then it exits.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := cli(ctx, os.Args[1:], os.Stdout, os.Stderr, nil)
+	stop()
+	os.Exit(code)
+}
+
+// cli runs the service until ctx is done and returns the exit code. ready,
+// when set, receives the bound addresses once every listener is up.
+func cli(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(addrs)) int {
+	if err := serve(ctx, args, stdout, stderr, ready); err != nil {
+		fmt.Fprintln(stderr, "sluice-rls:", err)
+		return 1
+	}
+	return 0
+}

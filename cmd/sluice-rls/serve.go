@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluicehq/sluice/adapters/envoyrls"
+	"github.com/sluicehq/sluice/adapters/local"
+	"github.com/sluicehq/sluice/adapters/otel"
+	"github.com/sluicehq/sluice/adapters/redis"
+	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/ports"
+)
+
+// Default ports: envoyproxy/ratelimit's gRPC and HTTP ports, so that an
+// Envoy configured for it needs no change (deploy/envoy uses them).
+const (
+	DefaultGRPCPort    = 8081
+	DefaultHealthPort  = 8080
+	DefaultMetricsPort = 9090
+	// ClusterName is the Envoy cluster deploy/envoy/envoy.yaml names the
+	// service by.
+	ClusterName = "sluice_rls"
+)
+
+// options are the flags.
+type options struct {
+	config, sluiceConfig              string
+	grpcAddr, healthAddr, metricsAddr string
+	dev                               bool
+}
+
+// addrs are the bound addresses.
+type addrs struct{ grpc, health, metrics string }
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("sluice-rls", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.config, "config", "", "envoyproxy/ratelimit YAML: a file or a directory of *.yaml files (required)")
+	fs.StringVar(&o.sluiceConfig, "sluice-config", "", "sluice's own YAML (store_timeout, probe_interval, shadow_mode...); optional")
+	fs.StringVar(&o.grpcAddr, "grpc-addr", fmt.Sprintf(":%d", DefaultGRPCPort), "RateLimitService and grpc.health.v1.Health listen address")
+	fs.StringVar(&o.healthAddr, "health-addr", fmt.Sprintf(":%d", DefaultHealthPort), "HTTP /healthcheck listen address")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", fmt.Sprintf(":%d", DefaultMetricsPort), "HTTP /metrics listen address")
+	fs.BoolVar(&o.dev, "dev", false, "generate a throw-away HMAC secret when RATE_LIMIT_HMAC_SECRET is unset")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.config == "" {
+		return o, errors.New("-config is required (a file or a directory of envoyproxy/ratelimit YAML)")
+	}
+	return o, nil
+}
+
+// appConfig reads sluice's configuration (or none) and the environment.
+func appConfig(o options) (app.Config, error) {
+	data := []byte("{}")
+	if o.sluiceConfig != "" {
+		var err error
+		if data, err = os.ReadFile(o.sluiceConfig); err != nil {
+			return app.Config{}, err
+		}
+	}
+	env := os.LookupEnv
+	if v, _ := os.LookupEnv(app.EnvHMACSecret); v == "" && o.dev {
+		b := make([]byte, 32)
+		if _, err := rand.Read(b); err != nil {
+			return app.Config{}, err
+		}
+		generated := hex.EncodeToString(b)
+		env = func(k string) (string, bool) {
+			if k == app.EnvHMACSecret {
+				return generated, true
+			}
+			return os.LookupEnv(k)
+		}
+	}
+	cfg, err := app.ParseConfig(data, env)
+	if errors.Is(err, app.ErrSecretMissing) {
+		err = fmt.Errorf("%w\nset %s to 64 hex characters (head -c32 /dev/urandom | od -An -tx1 | tr -d ' \\n'), or run with -dev", err, app.EnvHMACSecret)
+	}
+	return cfg, err
+}
+
+// stores opens the primary store (Redis with REDIS_URL, else the embedded
+// local store) and the in-process fallback.
+func stores(cfg app.Config) (primary, fallback ports.Store, kind string, closeAll func(), err error) {
+	if fallback, err = local.New(local.Config{}); err != nil {
+		return nil, nil, "", nil, err
+	}
+	kind = "local (embedded: one instance's counts)"
+	if cfg.RedisURL != "" {
+		primary, err = redis.New(redis.Config{URL: cfg.RedisURL})
+		kind = "redis " + redacted(cfg.RedisURL)
+	} else {
+		primary, err = local.New(local.Config{})
+	}
+	if err != nil {
+		_ = fallback.Close()
+		return nil, nil, "", nil, err
+	}
+	return primary, fallback, kind, func() { _ = primary.Close(); _ = fallback.Close() }, nil
+}
+
+func redacted(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// serve runs the service until ctx is done.
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready func(addrs)) error {
+	o, err := parseOptions(args, stderr)
+	if err != nil {
+		return err
+	}
+	rlsCfg, err := envoyrls.LoadConfig(o.config)
+	if err != nil {
+		return err
+	}
+	cfg, err := appConfig(o)
+	if err != nil {
+		return err
+	}
+	primary, fallback, kind, closeStores, err := stores(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeStores()
+	reg := prometheus.NewRegistry()
+	logs := slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})
+	rec, err := otel.New(otel.Config{
+		InstanceID: cfg.InstanceID, StoreDeadline: cfg.StoreTimeout, Registry: reg,
+		AppLog: slog.New(logs).With("channel", "app"), AuditLog: slog.New(logs).With("channel", "audit"),
+	})
+	if err != nil {
+		return err
+	}
+	defer rec.Close()
+	lim, err := app.New(cfg, app.Deps{Store: primary, Fallback: fallback, Recorder: rec})
+	if err != nil {
+		return err
+	}
+	defer lim.Close()
+	for _, w := range lim.Warnings() {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
+
+	grpcSrv := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(grpcSrv, envoyrls.New(lim, rlsCfg))
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(grpcSrv, hs)
+	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, r *http.Request) {
+		res, err := hs.Check(r.Context(), &healthpb.HealthCheckRequest{})
+		if err != nil || res.Status != healthpb.HealthCheckResponse_SERVING {
+			http.Error(w, "NOT_SERVING", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "OK")
+	})
+	metrics := http.NewServeMux()
+	metrics.Handle("GET /metrics", rec.Handler())
+
+	var ls [3]net.Listener
+	for i, a := range []string{o.grpcAddr, o.healthAddr, o.metricsAddr} {
+		if ls[i], err = net.Listen("tcp", a); err != nil {
+			for _, l := range ls[:i] {
+				_ = l.Close()
+			}
+			return err
+		}
+	}
+	healthSrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	metricsSrv := &http.Server{Handler: metrics, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 3)
+	go func() { errc <- grpcSrv.Serve(ls[0]) }()
+	go func() { errc <- healthSrv.Serve(ls[1]) }()
+	go func() { errc <- metricsSrv.Serve(ls[2]) }()
+	a := addrs{grpc: ls[0].Addr().String(), health: ls[1].Addr().String(), metrics: ls[2].Addr().String()}
+	fmt.Fprintf(stdout, "sluice-rls: store %s; domains %v\ngrpc: %s  health: http://%s/healthcheck  metrics: http://%s/metrics\n",
+		kind, rlsCfg.Domains(), a.grpc, a.health, a.metrics)
+	if ready != nil {
+		ready(a)
+	}
+
+	select {
+	case <-ctx.Done():
+		err = nil
+	case err = <-errc:
+	}
+	// Graceful: health says NOT_SERVING first, so that Envoy and the
+	// orchestrator stop sending, then calls in flight finish.
+	hs.Shutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stopped := make(chan struct{})
+	go func() { grpcSrv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-sctx.Done():
+		grpcSrv.Stop()
+	}
+	_ = healthSrv.Shutdown(sctx)
+	_ = metricsSrv.Shutdown(sctx)
+	fmt.Fprintln(stdout, "stopped")
+	return err
+}
