@@ -117,6 +117,17 @@ func call(ctx context.Context, c *http.Client, url string, calls int) *caller {
 	return cl
 }
 
+// await waits for the caller to finish; the wall-clock bound turns a
+// caller held past its instant into a failure rather than a hang.
+func (c *caller) await(t *testing.T) {
+	t.Helper()
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the caller did not finish")
+	}
+}
+
 func (c *caller) finished() bool {
 	select {
 	case <-c.done:
@@ -218,7 +229,7 @@ func TestUpstreamHold(t *testing.T) {
 			})
 			a, b := newClient(t, lim, clock, nil), newClient(t, lim, clock, nil)
 			first := call(context.Background(), a, up.srv.URL, 1)
-			<-first.done
+			first.await(t)
 			require.NoError(t, first.errs[0])
 			assert.Equal(t, []int{http.StatusTooManyRequests}, first.codes, "the 429 is returned as is")
 
@@ -271,7 +282,12 @@ func TestRetries(t *testing.T) {
 		runtime.Gosched()
 	}
 	clock.Advance(2 * time.Second)
-	resp := <-done
+	var resp *http.Response
+	select {
+	case resp = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the retried request did not finish")
+	}
 	resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, map[time.Duration]int{0: 1, 2 * time.Second: 1}, up.arrivals())
@@ -286,7 +302,7 @@ func TestWaitFails(t *testing.T) {
 	up := newUpstream(t, clock, nil)
 	c := newClient(t, lim, clock, nil)
 	first := call(context.Background(), c, up.srv.URL, 1)
-	<-first.done
+	first.await(t)
 	require.NoError(t, first.errs[0])
 
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(500*time.Millisecond))
