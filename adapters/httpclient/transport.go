@@ -1,6 +1,7 @@
 package httpclient
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -93,7 +94,9 @@ func (c Config) Validate() error {
 // WaitError is a request that was not sent because the quota did not let
 // it go: its context ended (or its deadline would pass first), its
 // context is invalid for the Limiter, or the decision could not be
-// recorded. Decision is the last decision; Err wraps the cause
+// recorded. Decision is the Limiter's last decision (the zero Decision
+// when the request ended in this Transport's own hold, before any
+// decision); Err wraps the cause
 // (context.Canceled, context.DeadlineExceeded, domain.ErrInvalidContext,
 // the Recorder's error).
 type WaitError struct {
@@ -136,19 +139,12 @@ func New(lim Waiter, cfg Config) (*Transport, error) {
 	if len(cfg.HoldStatuses) == 0 {
 		cfg.HoldStatuses = []int{http.StatusTooManyRequests, http.StatusServiceUnavailable}
 	}
-	cfg.MaxHold = cmpOr(cfg.MaxHold, DefaultMaxHold)
+	cfg.MaxHold = cmp.Or(cfg.MaxHold, DefaultMaxHold)
 	t := &Transport{lim: lim, cfg: cfg, clock: cfg.Clock}
 	if t.clock == nil {
 		t.clock = ports.SystemClock{}
 	}
 	return t, nil
-}
-
-func cmpOr(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 // RoundTrip waits until the quota lets r go (the local hold first, then

@@ -209,6 +209,7 @@ func TestUpstreamHold(t *testing.T) {
 	tests := []struct {
 		name       string
 		retryAfter string
+		maxHold    time.Duration
 		// firstA and firstB are when the first held-back request of the
 		// receiving replica (A) and of the other one (B) reach the
 		// upstream.
@@ -216,6 +217,8 @@ func TestUpstreamHold(t *testing.T) {
 	}{
 		{name: "retry-after equal to the period", retryAfter: "2", firstA: 2 * time.Second, firstB: 2 * time.Second},
 		{name: "retry-after beyond the period", retryAfter: "5", firstA: 5 * time.Second, firstB: 2 * time.Second},
+		{name: "retry-after as an HTTP date", retryAfter: start.Add(4 * time.Second).Format(http.TimeFormat), firstA: 4 * time.Second, firstB: 2 * time.Second},
+		{name: "retry-after bounded by MaxHold", retryAfter: "3600", maxHold: 3 * time.Second, firstA: 3 * time.Second, firstB: 2 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -227,7 +230,8 @@ func TestUpstreamHold(t *testing.T) {
 					w.WriteHeader(http.StatusTooManyRequests)
 				}
 			})
-			a, b := newClient(t, lim, clock, nil), newClient(t, lim, clock, nil)
+			a := newClient(t, lim, clock, func(cfg *httpclient.Config) { cfg.MaxHold = tt.maxHold })
+			b := newClient(t, lim, clock, nil)
 			first := call(context.Background(), a, up.srv.URL, 1)
 			first.await(t)
 			require.NoError(t, first.errs[0])
@@ -315,6 +319,33 @@ func TestWaitFails(t *testing.T) {
 	assert.Equal(t, domain.Throttled, we.Decision.State)
 	assert.Equal(t, time.Second, we.Decision.RetryAfter)
 	assert.Equal(t, map[time.Duration]int{0: 1}, up.arrivals(), "the refused request was not sent")
+}
+
+// TestHoldFails: a request whose deadline comes before this Transport's
+// hold ends fails at once, unsent, before any decision.
+func TestHoldFails(t *testing.T) {
+	clock := fakeclock.New(start)
+	lim := newLimiter(t, clock, 3, time.Second)
+	up := newUpstream(t, clock, func(n int, w http.ResponseWriter) {
+		if n == 1 {
+			w.Header().Set("Retry-After", "5")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	})
+	c := newClient(t, lim, clock, nil)
+	first := call(context.Background(), c, up.srv.URL, 1)
+	first.await(t)
+	require.NoError(t, first.errs[0])
+
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(5*time.Second))
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, up.srv.URL, nil)
+	_, err := c.Do(req)
+	var we *httpclient.WaitError
+	require.ErrorAs(t, err, &we)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.Equal(t, domain.Decision{}, we.Decision)
+	assert.Equal(t, map[time.Duration]int{0: 1}, up.arrivals())
 }
 
 func TestConfigValidate(t *testing.T) {
