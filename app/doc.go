@@ -1,8 +1,9 @@
 // Package app is sluice's application service: the decision pipeline
 // (Limiter.Evaluate), its configuration (Config, read from YAML and the
 // environment and validated at boot), the health loop and breaker, the
-// administrative entry points (Peek, Reset) and the ADR-002 compatibility
-// façades (Allow, AllowDual and their context variants).
+// administrative entry points (Peek, Reset), Wait on a shared quota
+// (docs/adr/010) and the ADR-002 compatibility façades (Allow, AllowDual
+// and their context variants).
 //
 // # In one screen
 //

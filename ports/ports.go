@@ -86,6 +86,20 @@ type Clock interface {
 	Now() time.Time
 	// NewTicker returns a ticker that fires every d (d > 0) on this clock.
 	NewTicker(d time.Duration) Ticker
+	// NewTimer returns a timer that fires once, d after Now on this clock
+	// (at once when d <= 0). Limiter.Wait sleeps on it (docs/adr/010).
+	NewTimer(d time.Duration) Timer
+}
+
+// Timer delivers one instant of a Clock.
+type Timer interface {
+	// C returns the channel on which the one instant arrives; it has room
+	// for it, so the timer never blocks on a reader.
+	C() <-chan time.Time
+	// Stop prevents the timer from firing. It returns true when it did,
+	// false when the timer had already fired or been stopped, as with
+	// time.Timer.
+	Stop() bool
 }
 
 // Ticker delivers ticks of a Clock.
@@ -221,7 +235,15 @@ func (SystemClock) Now() time.Time { return time.Now() }
 // NewTicker returns a time.Ticker.
 func (SystemClock) NewTicker(d time.Duration) Ticker { return systemTicker{time.NewTicker(d)} }
 
+// NewTimer returns a time.Timer.
+func (SystemClock) NewTimer(d time.Duration) Timer { return systemTimer{time.NewTimer(d)} }
+
 type systemTicker struct{ t *time.Ticker }
+
+type systemTimer struct{ t *time.Timer }
+
+func (s systemTimer) C() <-chan time.Time { return s.t.C }
+func (s systemTimer) Stop() bool          { return s.t.Stop() }
 
 func (s systemTicker) C() <-chan time.Time { return s.t.C }
 func (s systemTicker) Stop()               { s.t.Stop() }
