@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"time"
 
@@ -22,11 +19,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicehq/sluice/adapters/envoyrls"
-	"github.com/sluicehq/sluice/adapters/local"
 	"github.com/sluicehq/sluice/adapters/otel"
-	"github.com/sluicehq/sluice/adapters/redis"
 	"github.com/sluicehq/sluice/app"
-	"github.com/sluicehq/sluice/ports"
+	"github.com/sluicehq/sluice/internal/boot"
 )
 
 // Default ports: envoyproxy/ratelimit's gRPC and HTTP ports, so that an
@@ -78,53 +73,8 @@ func appConfig(o options) (app.Config, error) {
 			return app.Config{}, err
 		}
 	}
-	env := os.LookupEnv
-	if v, _ := os.LookupEnv(app.EnvHMACSecret); v == "" && o.dev {
-		b := make([]byte, 32)
-		if _, err := rand.Read(b); err != nil {
-			return app.Config{}, err
-		}
-		generated := hex.EncodeToString(b)
-		env = func(k string) (string, bool) {
-			if k == app.EnvHMACSecret {
-				return generated, true
-			}
-			return os.LookupEnv(k)
-		}
-	}
-	cfg, err := app.ParseConfig(data, env)
-	if errors.Is(err, app.ErrSecretMissing) {
-		err = fmt.Errorf("%w\nset %s to 64 hex characters (head -c32 /dev/urandom | od -An -tx1 | tr -d ' \\n'), or run with -dev", err, app.EnvHMACSecret)
-	}
+	cfg, _, err := boot.Config(data, o.dev, "or run with -dev")
 	return cfg, err
-}
-
-// stores opens the primary store (Redis with REDIS_URL, else the embedded
-// local store) and the in-process fallback.
-func stores(cfg app.Config) (primary, fallback ports.Store, kind string, closeAll func(), err error) {
-	if fallback, err = local.New(local.Config{}); err != nil {
-		return nil, nil, "", nil, err
-	}
-	kind = "local (embedded: one instance's counts)"
-	if cfg.RedisURL != "" {
-		primary, err = redis.New(redis.Config{URL: cfg.RedisURL})
-		kind = "redis " + redacted(cfg.RedisURL)
-	} else {
-		primary, err = local.New(local.Config{})
-	}
-	if err != nil {
-		_ = fallback.Close()
-		return nil, nil, "", nil, err
-	}
-	return primary, fallback, kind, func() { _ = primary.Close(); _ = fallback.Close() }, nil
-}
-
-func redacted(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }
 
 // serve runs the service until ctx is done.
@@ -141,7 +91,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	if err != nil {
 		return err
 	}
-	primary, fallback, kind, closeStores, err := stores(cfg)
+	primary, fallback, kind, closeStores, err := boot.Stores(cfg)
 	if err != nil {
 		return err
 	}

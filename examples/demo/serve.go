@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	_ "embed"
-	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -16,10 +13,8 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/sluicehq/sluice/adapters/local"
-	"github.com/sluicehq/sluice/adapters/redis"
 	"github.com/sluicehq/sluice/app"
-	"github.com/sluicehq/sluice/ports"
+	"github.com/sluicehq/sluice/internal/boot"
 )
 
 //go:embed sluice.yaml
@@ -52,46 +47,11 @@ func loadConfig(o options) (cfg app.Config, secretNote string, err error) {
 			return cfg, "", err
 		}
 	}
-	env := os.LookupEnv
-	if v, _ := os.LookupEnv(app.EnvHMACSecret); v == "" && o.dev {
-		b := make([]byte, 32)
-		if _, err := rand.Read(b); err != nil {
-			return cfg, "", err
-		}
-		generated := hex.EncodeToString(b)
-		env = func(k string) (string, bool) {
-			if k == app.EnvHMACSecret {
-				return generated, true
-			}
-			return os.LookupEnv(k)
-		}
-		secretNote = "-dev: generated a throw-away HMAC secret for this run (counters start afresh at every start)"
-	}
-	cfg, err = app.ParseConfig(data, env)
-	if errors.Is(err, app.ErrSecretMissing) {
-		err = fmt.Errorf("%w\nset %s to 64 hex characters (head -c32 /dev/urandom | od -An -tx1 | tr -d ' \\n'), or run with -dev (make demo does)", err, app.EnvHMACSecret)
+	cfg, generated, err := boot.Config(data, o.dev, "or run with -dev (make demo does)")
+	if generated {
+		secretNote = boot.DevSecretNote
 	}
 	return cfg, secretNote, err
-}
-
-// stores opens the primary store (Redis with REDIS_URL, else the local
-// store) and the local fallback. close closes both.
-func stores(cfg app.Config) (primary, fallback ports.Store, kind string, close func(), err error) {
-	if fallback, err = local.New(local.Config{}); err != nil {
-		return nil, nil, "", nil, err
-	}
-	kind = "local (embedded)"
-	if cfg.RedisURL != "" {
-		primary, err = redis.New(redis.Config{URL: cfg.RedisURL})
-		kind = "redis " + redactedURL(cfg.RedisURL)
-	} else {
-		primary, err = local.New(local.Config{})
-	}
-	if err != nil {
-		_ = fallback.Close()
-		return nil, nil, "", nil, err
-	}
-	return primary, fallback, kind, func() { _ = primary.Close(); _ = fallback.Close() }, nil
 }
 
 // serveMain runs the service until ctx is done.
@@ -104,7 +64,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	primary, fallback, kind, closeStores, err := stores(cfg)
+	primary, fallback, kind, closeStores, err := boot.Stores(cfg)
 	if err != nil {
 		return err
 	}

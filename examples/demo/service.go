@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"sync/atomic"
 	"time"
 
@@ -201,13 +200,4 @@ func (b banner) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  go run ./examples/demo tour -http %s -grpc %s\n", base, b.grpc)
 	fmt.Fprintln(w, "Ctrl-C stops the service.")
-}
-
-// redactedURL hides a password in a Redis URL.
-func redactedURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }
