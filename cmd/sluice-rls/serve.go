@@ -6,20 +6,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicehq/sluice/adapters/envoyrls"
-	"github.com/sluicehq/sluice/adapters/otel"
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/internal/boot"
 )
@@ -96,24 +93,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 		return err
 	}
 	defer closeStores()
-	reg := prometheus.NewRegistry()
-	logs := slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})
-	rec, err := otel.New(otel.Config{
-		InstanceID: cfg.InstanceID, StoreDeadline: cfg.StoreTimeout, Registry: reg,
-		AppLog: slog.New(logs).With("channel", "app"), AuditLog: slog.New(logs).With("channel", "audit"),
-	})
+	rec, err := boot.Recorder(cfg, stderr)
 	if err != nil {
 		return err
 	}
 	defer rec.Close()
-	lim, err := app.New(cfg, app.Deps{Store: primary, Fallback: fallback, Recorder: rec})
+	lim, err := boot.Limiter(cfg, primary, fallback, rec, stderr)
 	if err != nil {
 		return err
 	}
 	defer lim.Close()
-	for _, w := range lim.Warnings() {
-		fmt.Fprintln(stderr, "warning:", w)
-	}
 
 	grpcSrv := grpc.NewServer()
 	rlsv3.RegisterRateLimitServiceServer(grpcSrv, envoyrls.New(lim, rlsCfg))

@@ -74,19 +74,16 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		outage = &switchable{Store: primary}
 		primary = outage
 	}
-	rec, err := newRecorder(cfg, stderr)
+	rec, err := boot.Recorder(cfg, stderr)
 	if err != nil {
 		return err
 	}
 	defer rec.Close()
-	lim, err := app.New(cfg, app.Deps{Store: primary, Fallback: fallback, Recorder: rec})
+	lim, err := boot.Limiter(cfg, primary, fallback, rec, stderr)
 	if err != nil {
 		return err
 	}
 	defer lim.Close()
-	for _, w := range lim.Warnings() {
-		fmt.Fprintln(stderr, "warning:", w)
-	}
 	handler, err := newHTTPHandler(lim, rec.Handler(), outage)
 	if err != nil {
 		return err

@@ -5,12 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/sluicehq/sluice/adapters/grpcmw"
 	"github.com/sluicehq/sluice/adapters/httpmw"
-	"github.com/sluicehq/sluice/adapters/otel"
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/domain"
 	"github.com/sluicehq/sluice/ports"
@@ -158,22 +155,6 @@ func (s *switchable) set(ctx context.Context, w http.ResponseWriter, lim *app.Li
 		states = append(states, st.String())
 	}
 	reply(w, http.StatusOK, map[string]any{"store_down": down, "system_state": states})
-}
-
-// newRecorder builds the demo's one Recorder: OpenTelemetry metrics on
-// their own Prometheus registry, served by the returned handler at
-// /metrics, and the two log channels on stderr (the application channel,
-// and the security-audit one, which alone may carry a raw client address).
-func newRecorder(cfg app.Config, stderr io.Writer) (*otel.Recorder, error) {
-	cfg = cfg.WithDefaults()
-	logs := slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})
-	return otel.New(otel.Config{
-		InstanceID:    cfg.InstanceID,
-		StoreDeadline: cfg.StoreTimeout,
-		Registry:      prometheus.NewRegistry(),
-		AppLog:        slog.New(logs).With("channel", "app"),
-		AuditLog:      slog.New(logs).With("channel", "audit"),
-	})
 }
 
 // banner is what the service prints when it is up.

@@ -11,10 +11,15 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/url"
 	"os"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/adapters/local"
+	"github.com/sluicehq/sluice/adapters/otel"
 	"github.com/sluicehq/sluice/adapters/redis"
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/ports"
@@ -80,4 +85,32 @@ func RedactedURL(raw string) string {
 		return "(unparsable URL)"
 	}
 	return u.Redacted()
+}
+
+// Recorder returns the service's Recorder: metrics on a registry of its own
+// (served by its Handler) and the application and security-audit log
+// channels as text on w.
+func Recorder(cfg app.Config, w io.Writer) (*otel.Recorder, error) {
+	cfg = cfg.WithDefaults()
+	logs := slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})
+	return otel.New(otel.Config{
+		InstanceID:    cfg.InstanceID,
+		StoreDeadline: cfg.StoreTimeout,
+		Registry:      prometheus.NewRegistry(),
+		AppLog:        slog.New(logs).With("channel", "app"),
+		AuditLog:      slog.New(logs).With("channel", "audit"),
+	})
+}
+
+// Limiter builds the Limiter on the stores and rec, and prints its boot
+// warnings (Redis maxmemory below the budget, ...) on w.
+func Limiter(cfg app.Config, primary, fallback ports.Store, rec ports.Recorder, w io.Writer) (*app.Limiter, error) {
+	lim, err := app.New(cfg, app.Deps{Store: primary, Fallback: fallback, Recorder: rec})
+	if err != nil {
+		return nil, err
+	}
+	for _, warning := range lim.Warnings() {
+		fmt.Fprintln(w, "warning:", warning)
+	}
+	return lim, nil
 }
