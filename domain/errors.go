@@ -73,6 +73,8 @@ func CodeOf(err error) Code {
 		return CodeCrossSlot
 	case errors.Is(err, ErrStoreValue):
 		return CodeStoreValue
+	case errors.Is(err, ErrLeaseEnded):
+		return CodeLeaseEnded
 	case errors.Is(err, ErrStoreUnavailable), errors.Is(err, ErrStoreClosed):
 		return CodeStoreUnavailable
 	case errors.Is(err, ErrInvalidLimit):

@@ -23,11 +23,28 @@ type Limit struct {
 	Cost int64
 }
 
-// ValidateLimits checks a store request against the store contract: 1 to
-// MaxLimits limits, each with a non-empty key of at most MaxKeyLen bytes, no
-// key twice, a valid window and a cost between 1 and the window's limit. It
-// returns a *LimitError naming the first offence.
+// ValidateLimits checks a request for Store.Evaluate against the store
+// contract: ValidateHeld's rules, and no Concurrency window (only a
+// reservation holds one, docs/adr/012). It returns a *LimitError naming
+// the first offence.
 func ValidateLimits(limits []Limit) error {
+	if err := ValidateHeld(limits); err != nil {
+		return err
+	}
+	for i := range limits {
+		if limits[i].Window.Algorithm == Concurrency {
+			return &LimitError{Index: i, Field: "algorithm", Reason: "a concurrency window is held by a reservation (Reserve), not consumed by Evaluate"}
+		}
+	}
+	return nil
+}
+
+// ValidateHeld checks a request for Store.Peek and Reserver.Reserve,
+// which accept every kind of window: 1 to MaxLimits limits, each with a
+// non-empty key of at most MaxKeyLen bytes, no key twice, a valid window
+// and a cost between 1 and the window's limit. It returns a *LimitError
+// naming the first offence.
+func ValidateHeld(limits []Limit) error {
 	if len(limits) == 0 {
 		return &LimitError{Index: -1, Field: "limits", Reason: "at least one limit is required"}
 	}

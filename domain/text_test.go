@@ -51,7 +51,7 @@ func deref(v encoding.TextUnmarshaler) any {
 
 func TestEnumsRefuseUnknownNames(t *testing.T) {
 	var a domain.Algorithm
-	assert.ErrorContains(t, a.UnmarshalText([]byte("leaky")), "want sliding_log or gcra")
+	assert.ErrorContains(t, a.UnmarshalText([]byte("leaky")), "want sliding_log, gcra or concurrency")
 	var f domain.RouteFamily
 	assert.ErrorContains(t, f.UnmarshalText([]byte("write")), "want read, auth or costly")
 	var d domain.DegradedAction

@@ -18,6 +18,15 @@ const (
 	// per key (O(1) memory), a burst of up to Limit at once, then one unit
 	// every Period/Limit.
 	GCRA
+	// Concurrency bounds the requests in flight rather than their rate:
+	// at most Limit units of cost held at once per key. A unit is taken
+	// by a reservation (ports.Reserver.Reserve) and comes back when the
+	// reservation is settled, or when its lease expires because its
+	// holder died. Period is the window's lease TTL: how long a slot
+	// outlives a holder that neither renews nor settles it
+	// (docs/adr/012). Evaluate refuses a concurrency window: only a
+	// reservation can hold it.
+	Concurrency
 )
 
 // String returns "sliding_log" or "gcra".
@@ -27,19 +36,23 @@ func (a Algorithm) String() string {
 		return "sliding_log"
 	case GCRA:
 		return "gcra"
+	case Concurrency:
+		return "concurrency"
 	}
 	return fmt.Sprintf("algorithm(%d)", uint8(a))
 }
 
-// ParseAlgorithm reads "sliding_log" (or "") and "gcra".
+// ParseAlgorithm reads "sliding_log" (or ""), "gcra" and "concurrency".
 func ParseAlgorithm(s string) (Algorithm, error) {
 	switch s {
 	case "", "sliding_log":
 		return SlidingLog, nil
 	case "gcra":
 		return GCRA, nil
+	case "concurrency":
+		return Concurrency, nil
 	}
-	return 0, &UnknownNameError{Kind: "algorithm", Name: s, Valid: "sliding_log or gcra"}
+	return 0, &UnknownNameError{Kind: "algorithm", Name: s, Valid: "sliding_log, gcra or concurrency"}
 }
 
 // Bounds of a window. Time is counted in whole microseconds everywhere in
@@ -52,6 +65,12 @@ const (
 	// per admitted unit (one ZSET member on Redis, about 32 to 118 bytes),
 	// so a larger limit belongs to GCRA, whose memory does not grow with it.
 	MaxSlidingLogLimit = 100_000
+	// MaxConcurrencyLimit caps a Concurrency window: the store keeps one
+	// record per slot held (docs/adr/012).
+	MaxConcurrencyLimit = 100_000
+	// MaxLeaseTTL bounds a lease's TTL, hence a Concurrency window's
+	// Period: a holder of a longer request renews its lease.
+	MaxLeaseTTL = 24 * time.Hour
 )
 
 // Well-known window names. Any other non-empty name is allowed.
@@ -84,13 +103,17 @@ func (w Window) validate(i int) error {
 		return &LimitError{Index: i, Field: "limit", Reason: fmt.Sprintf("must be at most %d", MaxLimit)}
 	case w.Algorithm == SlidingLog && w.Limit > MaxSlidingLogLimit:
 		return &LimitError{Index: i, Field: "limit", Reason: fmt.Sprintf("must be at most %d for a sliding log (use gcra for larger limits)", MaxSlidingLogLimit)}
+	case w.Algorithm == Concurrency && w.Limit > MaxConcurrencyLimit:
+		return &LimitError{Index: i, Field: "limit", Reason: fmt.Sprintf("must be at most %d for a concurrency window", MaxConcurrencyLimit)}
+	case w.Algorithm == Concurrency && w.Period > MaxLeaseTTL:
+		return &LimitError{Index: i, Field: "period", Reason: fmt.Sprintf("must be at most %s for a concurrency window (its lease TTL)", MaxLeaseTTL)}
 	case w.Period < MinPeriod:
 		return &LimitError{Index: i, Field: "period", Reason: fmt.Sprintf("must be at least %s", MinPeriod)}
 	case w.Period > MaxPeriod:
 		return &LimitError{Index: i, Field: "period", Reason: fmt.Sprintf("must be at most %s", MaxPeriod)}
 	case w.Period%time.Microsecond != 0:
 		return &LimitError{Index: i, Field: "period", Reason: "must be a whole number of microseconds"}
-	case w.Algorithm != SlidingLog && w.Algorithm != GCRA:
+	case w.Algorithm != SlidingLog && w.Algorithm != GCRA && w.Algorithm != Concurrency:
 		return &LimitError{Index: i, Field: "algorithm", Reason: "unknown algorithm"}
 	}
 	return nil

@@ -76,6 +76,66 @@ type Repeater interface {
 	EvaluateRepeated(ctx context.Context, now time.Time, limits []domain.Limit, n int) (domain.Repeated, error)
 }
 
+// Reserver is an optional capability of a Store, found by type assertion:
+// reservations that settle (docs/adr/012). A reservation takes a request's
+// windows as Evaluate does, all or nothing, and holds them under a lease
+// until Settle says what the request really cost, or until the lease
+// expires. It is what lets a service charge a cost it learns only after
+// serving the request (tokens, bytes), bound requests in flight
+// (domain.Concurrency windows) and decide, all or nothing, a request
+// whose keys span two partitions (a Redis Cluster's slots).
+//
+// The contract of Evaluate applies to each method (context, errors,
+// Close, the store's own clock, not keeping the limits slice).
+type Reserver interface {
+	// Reserve decides limits at now exactly as Evaluate would, and
+	// accepts Concurrency windows too (domain.ValidateHeld; ttl by
+	// domain.ValidateLeaseTTL). When every window admits, it consumes
+	// each rate window's cost and takes Cost slots of each concurrency
+	// window, under a new lease that expires at the store's instant plus
+	// ttl. A refusal consumes nothing and returns the zero Lease.
+	//
+	// A concurrency window admits when the slots held by unexpired
+	// leases plus Cost stay within Limit. Its Remaining is Limit minus
+	// the slots held; when it refuses, its RetryAfter is the wait until
+	// the earliest held slot's lease expires (the latest a slot surely
+	// comes back), and its ResetAfter the wait until the last one does.
+	Reserve(ctx context.Context, now time.Time, limits []domain.Limit, ttl time.Duration) (domain.Result, domain.Lease, error)
+
+	// Settle ends lease, which Reserve returned for limits (the same
+	// slice contents: keys, windows and costs). Each rate window then
+	// counts actual units instead of its reserved Cost: the difference is
+	// refunded (the reservation's own units, stamped at lease.At, never
+	// more than are still counted: a window never goes below zero) or
+	// charged (stamped at now, even past the limit: a charge is recorded,
+	// never refused). Its concurrency slots come back.
+	//
+	// Settle is idempotent: a second call changes nothing and returns
+	// domain.AlreadySettled. A lease that expired first counted as
+	// settled at its reserved cost: Settle changes nothing and returns
+	// domain.Expired. Neither is an error. actual is checked by
+	// domain.ValidateActual, lease by Lease.Valid (a *domain.LimitError).
+	Settle(ctx context.Context, now time.Time, lease domain.Lease, limits []domain.Limit, actual int64) (domain.Settlement, error)
+
+	// Renew moves lease's expiry to now plus ttl, for a request that
+	// outlives it: its concurrency slots stay held, its rate units stay
+	// unsettled. A lease already settled or expired is not renewed: the
+	// error wraps domain.ErrLeaseEnded. It returns the renewed lease.
+	Renew(ctx context.Context, now time.Time, lease domain.Lease, limits []domain.Limit, ttl time.Duration) (domain.Lease, error)
+}
+
+// Partitioned is an optional capability of a Store whose atomic calls
+// each reach one partition: a Redis Cluster serves one call from one hash
+// slot. A store that does not implement it takes any keys in one call.
+// The Limiter decides a request whose keys span partitions with one
+// reservation per partition, released everywhere when any refuses
+// (docs/adr/013).
+type Partitioned interface {
+	// Partition returns the partition key's calls go to (a cluster's hash
+	// slot), and false when every key shares one (a standalone server).
+	Partition(key string) (partition int, partitioned bool)
+}
+
 // MaxRepeat bounds the n of one EvaluateRepeated call.
 const MaxRepeat = 1 << 16
 
@@ -153,11 +213,21 @@ const (
 	OpEvaluate StoreOp = iota + 1
 	OpPeek
 	OpReset
+	OpReserve
+	OpSettle
+	OpRenew
 )
 
-// String returns "evaluate", "peek" or "reset".
+// String returns "evaluate", "peek", "reset", "reserve", "settle" or
+// "renew".
 func (o StoreOp) String() string {
 	switch o {
+	case OpReserve:
+		return "reserve"
+	case OpSettle:
+		return "settle"
+	case OpRenew:
+		return "renew"
 	case OpEvaluate:
 		return "evaluate"
 	case OpPeek:

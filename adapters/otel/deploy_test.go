@@ -72,7 +72,7 @@ func exportedSchema(t *testing.T) schema {
 		require.NoError(t, rec.RecordTransition(ctx, c, t0))
 		require.NoError(t, rec.RecordNodeTransition(ctx, "10.0.0.1:7000", c, t0))
 	}
-	for _, op := range []ports.StoreOp{ports.OpEvaluate, ports.OpPeek, ports.OpReset} {
+	for _, op := range []ports.StoreOp{ports.OpEvaluate, ports.OpPeek, ports.OpReset, ports.OpReserve, ports.OpSettle, ports.OpRenew} {
 		for _, err := range []error{nil, errOutage, domain.ErrStoreTimeout, &domain.LimitError{Index: -1}, domain.ErrCrossSlot, context.Canceled, errors.New("other")} {
 			rec.RecordStoreCall(ctx, ports.StoreCall{Op: op, Start: t0, Latency: time.Millisecond, Err: err})
 		}
