@@ -91,7 +91,7 @@ type Limiter struct {
 	partitioned      ports.Partitioned
 	fallbackReserver ports.Reserver
 	clock            ports.Clock
-	systemClock     bool // clock is ports.SystemClock: its instants are wall instants
+	systemClock      bool // clock is ports.SystemClock: its instants are wall instants
 	// storeWaits is set once the primary store has waited on a call's
 	// deadline (callStore).
 	storeWaits atomic.Bool
