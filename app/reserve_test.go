@@ -205,7 +205,8 @@ func TestConcurrencyRefusalIsNeverRemembered(t *testing.T) {
 // TestNewRefusesReservingProfilesOnAStoreThatCannotReserve: the check is
 // at boot, not on the first request.
 func TestNewRefusesReservingProfilesOnAStoreThatCannotReserve(t *testing.T) {
-	_, err := app.New(reserveConfig(), app.Deps{Store: conformance.NewReferenceStore(), Fallback: conformance.NewReferenceStore(), Recorder: &recorder{}})
+	plain := struct{ ports.Store }{conformance.NewReferenceStore()} // no Reserver
+	_, err := app.New(reserveConfig(), app.Deps{Store: plain, Fallback: conformance.NewReferenceStore(), Recorder: &recorder{}})
 	var ce *domain.ConfigError
 	require.ErrorAs(t, err, &ce)
 	assert.Equal(t, "profiles[exports]", ce.Field)

@@ -310,7 +310,9 @@ func TestReservationValidation(t *testing.T) {
 	}
 	_, _, err = s.Reserve(t.Context(), now, []domain.Limit{{Key: "x}y", Window: concurrency(2, time.Minute), Cost: 1}}, time.Minute)
 	isLimitError(t, err, "key")
-	_, _, err = s.Reserve(t.Context(), now, []domain.Limit{conc[0], {Key: "res:{other}:c", Window: sliding(2, time.Minute), Cost: 1}}, time.Minute)
+	// Keys of two slots: refused on a cluster only (a standalone server
+	// takes them, TestCrossSlotIsRefusedBeforeSending).
+	_, _, err = newStore(t, topologies[1].cfg(t)).Reserve(t.Context(), now, []domain.Limit{conc[0], {Key: "res:{other}:c", Window: sliding(2, time.Minute), Cost: 1}}, time.Minute)
 	assert.ErrorIs(t, err, domain.ErrCrossSlot)
 }
 

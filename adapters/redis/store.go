@@ -32,10 +32,11 @@
 // malformed or out-of-range value written by something else) fails that
 // request with a *domain.StoreValueError and nothing is written.
 //
-// All keys of one call must hash to one Redis Cluster slot (sluice keys
-// share a {hash tag}); a request whose keys do not is refused with
-// domain.ErrCrossSlot before anything is sent, on a standalone server too,
-// so that a key layout that would break on a cluster fails in development.
+// On a cluster, all keys of one call must hash to one slot; a request
+// whose keys do not is refused with domain.ErrCrossSlot before anything is
+// sent. A standalone server takes any keys in one call, as its Partition
+// (ports.Partitioned) says: the Limiter splits a request across slots only
+// on a cluster (docs/adr/013).
 //
 // Time is, by default, the server's clock (Redis TIME, read inside the
 // script), so that instances with skewed clocks count on one clock; with
@@ -348,7 +349,7 @@ func (s *Store) admit(ctx context.Context, limits []domain.Limit, validate func(
 	if err := validate(limits); err != nil {
 		return err
 	}
-	if ok, i := sameSlot(limits); !ok {
+	if ok, i := sameSlot(limits); !ok && s.cluster {
 		return fmt.Errorf("%w: limit %d hashes to slot %d, limit 0 to slot %d; give every key of a request the same {hash tag}",
 			domain.ErrCrossSlot, i, Slot(limits[i].Key), Slot(limits[0].Key))
 	}
