@@ -72,4 +72,4 @@ var RateLimitV4 string
 
 // RateLimitV4SHA1 is the SHA1 of RateLimitV4. A test checks it against the
 // embedded text.
-const RateLimitV4SHA1 = "b1d3b7f260ddc07a9cd68113424a6dec29df9fd5"
+const RateLimitV4SHA1 = "3b55aee88dff3fb7639d29c7c1111c4f9859f228"

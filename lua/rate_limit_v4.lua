@@ -616,8 +616,8 @@ end
 -- 0), then those of a refused request (A < n), or for Peek those of the
 -- state as it stands. Reads come before every write.
 -- Settle: each concurrency key gives the lease's slots back, each rate
--- key refunds here, or charges (charge[i] > 0) through the writes of an
--- admission below; the record is marked settled last.
+-- key refunds or charges here, a log's charge (charge[i] > 0) through the
+-- writes of an admission below; the record is marked settled last.
 local charge
 if op == 2 then
   charge = {}
@@ -632,10 +632,30 @@ if op == 2 then
         members('ZREM', key, false, false, 1, c)
         redis.call('ZREMRANGEBYSCORE', key, '-inf', now - grace)
       end
+    elseif d > 0 and g == 1 then
+      -- GCRA: the TAT moves on d intervals from max(TAT, now), converted
+      -- (S1, S2), at most MaxPeriod ahead of now, in the window's
+      -- encoding (S6).
+      local t = st[b + 11]
+      local new = st[b + 8] + d * t
+      if new > now + MAXP then
+        new = now + MAXP
+      end
+      local px = new - now + 999
+      px = (px - px % 1000) / 1000
+      if px < minttl then
+        px = minttl
+      end
+      if bare then
+        redis.call('SET', key, new, 'PX', ttl(px))
+      else
+        redis.call('SET', key, pack('>Bi8i8', 2, new, t), 'PX', ttl(px))
+      end
     elseif d > 0 then
-      -- A log records at most its limit of a charge: beyond that the
-      -- window is full until now + period anyway.
-      if g == 0 and d > l then
+      -- A log charges through an admission's writes below; it records
+      -- at most its limit of a charge: beyond that the window is full
+      -- until now + period anyway.
+      if d > l then
         d = l
       end
       charge[i] = d
@@ -814,9 +834,6 @@ for i = 1, U > 0 and n or 0 do
     local remaining, reset
     if g == 1 then
       local new = st[b + 8] + used * t
-      if new > now + MAXP then
-        new = now + MAXP -- a charge past the limit
-      end
       remaining = t * l - (new - now)
       remaining = (remaining - remaining % t) / t
       reset = new - now
