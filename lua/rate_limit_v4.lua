@@ -616,17 +616,17 @@ end
 -- 0), then those of a refused request (A < n), or for Peek those of the
 -- state as it stands. Reads come before every write.
 -- Settle: each concurrency key gives the lease's slots back, each rate
--- key refunds or charges here, a log's charge (charge[i] > 0) through the
--- writes of an admission below; the record is marked settled last.
-local charge
+-- key refunds or charges here, but a log's charge goes through the writes
+-- of an admission below, its cost (arg[4i]) replaced by the charge; every
+-- other key's algorithm is replaced by 3, which those writes skip, so that
+-- they cost Evaluate nothing more. The record is marked settled last.
 if op == 2 then
-  charge = {}
   for i = 1, n do
     local b = 12 * (i - 1)
     local j = 4 * i
     local g, l, c = arg[j - 3], arg[j - 2], arg[j]
     local kind, key, d = st[b + 1], KEYS[i], X - c
-    charge[i] = 0
+    arg[j - 3] = 3
     if g == 2 then
       if st[b + 7] then
         members('ZREM', key, false, false, 1, c)
@@ -658,7 +658,7 @@ if op == 2 then
       if d > l then
         d = l
       end
-      charge[i] = d
+      arg[j - 3], arg[j] = 0, d
     elseif d < 0 and kind ~= NONE then
       -- A refund of -d units, in the algorithm the key is stored in (a
       -- key rewritten under another window since the reservation gives
@@ -816,7 +816,7 @@ if not consume or A < reps then
 end
 o = 1
 local nonce = ARGV[2]
-if charge then
+if op == 2 then
   -- A charge's members must not be the reservation's own (ID:k).
   nonce = nonce .. '+'
 end
@@ -827,10 +827,7 @@ for i = 1, U > 0 and n or 0 do
   local j = 4 * i
   local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
   local used = U * c
-  if charge then
-    used = charge[i]
-  end
-  if used > 0 then
+  do
     local remaining, reset
     if g == 1 then
       local new = st[b + 8] + used * t
@@ -962,7 +959,7 @@ for i = 1, U > 0 and n or 0 do
           redis.call('PEXPIRE', key, ttl(px))
         end
       end
-    else
+    elseif g == 2 then
       -- A concurrency window (Reserve): cost slots under the lease
       -- until its expiry, the expired members trimmed, the key kept
       -- until its latest expiry.
@@ -981,6 +978,8 @@ for i = 1, U > 0 and n or 0 do
       end
       redis.call('PEXPIRE', key, ttl(px))
       remaining, reset = l - count - used, top - now
+    else
+      remaining, reset = 0, 0 -- Settle: written in its own pass
     end
     if remaining < 0 then
       remaining = 0
