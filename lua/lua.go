@@ -72,4 +72,4 @@ var RateLimitV4 string
 
 // RateLimitV4SHA1 is the SHA1 of RateLimitV4. A test checks it against the
 // embedded text.
-const RateLimitV4SHA1 = "11f6d6900d81f1843841d3502b70164c32ec6782"
+const RateLimitV4SHA1 = "22e5317ea2274dce60492b662192711a82752ae2"

