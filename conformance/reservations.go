@@ -133,7 +133,7 @@ func (e *env) remaining(label string, now time.Time, limits []domain.Limit, want
 
 // eventually checks cond at the lease's expiry: at once at now+ttl on a
 // store that takes the caller's clock; on a store with its own clock, by
-// polling with this machine's clock every ttl/8 until cond holds, for at
+// polling with this machine's clock every ttl/100 until cond holds, for at
 // most ttl plus 10 s (a bound against a hang, not a measure of speed). It
 // returns how long the store took past the reservation on its own clock.
 func (e *env) eventually(label string, reserved time.Time, ttl time.Duration, cond func(now time.Time) bool) time.Duration {
@@ -153,7 +153,7 @@ func (e *env) eventually(label string, reserved time.Time, ttl time.Duration, co
 			e.t.Errorf("%s: still not so %v after the reservation (lease TTL %v)", label, time.Since(reserved), ttl)
 			return 0
 		}
-		time.Sleep(ttl / 8)
+		time.Sleep(max(ttl/100, time.Millisecond))
 	}
 }
 
@@ -698,11 +698,11 @@ func crashedHoldersSlotsComeBackWithinTheTTL(e *env) {
 	// Every admitted holder "crashes": it never settles. Its rate units
 	// stay counted at the cost reserved; its slots come back at its
 	// lease's expiry. On a store with its own clock the lease is short
-	// and the case polls (eventually).
+	// (2 s) and the case polls (eventually).
 	const slots, big, cost = 10, 100_000, 3
 	ttl := time.Minute
 	if e.ownClock {
-		ttl = 200 * time.Millisecond
+		ttl = 2 * time.Second
 	}
 	c := limitOf(e.key("c"), concurrency(slots), 1)
 	sl := limitOf(e.key("sl"), window(domain.SlidingLog, big, 10*time.Minute), cost)
@@ -721,7 +721,11 @@ func crashedHoldersSlotsComeBackWithinTheTTL(e *env) {
 	if len(leases) != slots {
 		e.t.Fatalf("%d goroutines on a concurrency window of %d: %d admitted, want exactly %d", contenders, slots, len(leases), slots)
 	}
-	e.remaining("while the crashed holders' leases run", e.t0, []domain.Limit{c, sl}, 0, big-slots*cost)
+	// On a store with its own clock, only while the leases surely run:
+	// a loaded machine may take a while to release 200 goroutines.
+	if !e.ownClock || time.Since(reserved) < ttl/2 {
+		e.remaining("while the crashed holders' leases run", e.t0, []domain.Limit{c, sl}, 0, big-slots*cost)
+	}
 	if !e.ownClock {
 		e.remaining("a microsecond before their expiry", e.t0.Add(ttl-time.Microsecond), []domain.Limit{c, sl}, 0, big-slots*cost)
 	}

@@ -26,10 +26,11 @@ type entry struct {
 	// st is the key's counting state, whichever algorithm wrote it: the
 	// domain applies the state rules of docs/adr/009.
 	st domain.KeyState
-	// held is what the key holds for reservations (reserve.go): the slots
-	// of its concurrency window, the records of the leases whose first key
-	// it is. Nil for a key no reservation touched, which is most.
-	held *held
+	// logCover is how many log entries the size estimate covers: twice
+	// the capacity of the log's backing array when it last outgrew the
+	// estimate. An int32 (no log holds 2³¹ entries) packed with the flags
+	// below keeps the entry in the 224-byte size class with held.
+	logCover int32
 
 	// Guarded by the directory shard's lock.
 	state     uint8 // pending, inFlight, inCache or forgotten
@@ -40,8 +41,10 @@ type entry struct {
 	// here, among the flags, to keep the entry in a smaller size class).
 	queued  bool  // in the hand-off queue
 	listed  bool  // in the store's list of entries it may forget
+	again   bool  // lru: used more than once, as of its listing or last move
 	misses  int32 // accesses while pending since the last Set
 	backoff int32 // accesses while pending to wait before the next Set
+	hidx    int32 // lru: its index in the list's heap
 	// charge is what the entry counts against the share of keys held
 	// outside ristretto: its size while pending (its growth only while
 	// ristretto still counts its old size), plus ristretto's Item while in
@@ -54,17 +57,15 @@ type entry struct {
 	hprev, hnext *entry // the hand-off queue
 
 	// Guarded by the store's lru lock: its place in the list of pending
-	// entries (see lru).
-	rank  int64
-	seq   uint64
-	hidx  int32 // its index in the list's heap
-	again bool  // used more than once, as of its listing or last move
+	// entries (see lru; hidx and again sit among the flags above).
+	rank int64
+	seq  uint64
 
-	// Guarded by mu. logCover is how many log entries the size estimate
-	// covers: twice the capacity of the log's backing array when it last
-	// outgrew the estimate. An int32 beside hidx (no log holds 2³¹
-	// entries) keeps the entry in the 224-byte size class.
-	logCover int32
+	// Guarded by mu. held is what the key holds for reservations
+	// (reserve.go): the slots of its concurrency window, the records of
+	// the leases whose first key it is. Nil for a key no reservation
+	// touched, which is most; off the decision path, so last.
+	held *held
 }
 
 // Where an entry is, as the directory shard records it.
