@@ -375,14 +375,14 @@ func TestReservationKeysAndTTLs(t *testing.T) {
 	r, _, err = s.Reserve(t.Context(), now, limits, 30*time.Second)
 	require.NoError(t, err)
 	require.False(t, r.Allowed)
-	record := "sluice:lease:{k}:" + lease.ID
+	record := "res:{k}:conc:lease:" + lease.ID
 	keys := do(t, srv.Addr(), "KEYS", "*").([]any)
 	var got []string
 	for _, k := range keys {
 		got = append(got, k.(string))
 	}
 	slices.Sort(got)
-	require.Equal(t, []string{"res:{k}:conc", "res:{k}:rate", record}, got)
+	require.Equal(t, []string{"res:{k}:conc", record, "res:{k}:rate"}, got)
 	assert.Equal(t, redis.Slot("res:{k}:conc"), redis.Slot(record))
 
 	pttl := func(k string) int64 { return do(t, srv.Addr(), "PTTL", k).(int64) }
@@ -437,7 +437,7 @@ func TestReservationForeignValues(t *testing.T) {
 		limits := []domain.Limit{rate, conc}
 		_, lease, err := s.Reserve(t.Context(), now, limits, time.Minute)
 		require.NoError(t, err)
-		record := "sluice:lease:{f}:" + lease.ID
+		record := rate.Key + ":lease:" + lease.ID
 		do(t, srv.Addr(), "SET", record, "not a record")
 		_, err = s.Settle(t.Context(), now, lease, limits, 0)
 		var ve *domain.StoreValueError
@@ -476,4 +476,31 @@ func TestReservationsUnderFormatV2(t *testing.T) {
 		require.NoError(t, err, "v2 reads what the reservation left")
 		require.Greater(t, tat, now.UnixMicro())
 	}
+}
+
+// TestReservationsUnderTheRunbooksACL: under the least-privilege ACL user
+// the runbook gives ("~rl:*"), a reservation's lease record lies among
+// the keys the user may touch: it extends the request's first key, so
+// Reserve, Renew and Settle work wherever Evaluate does.
+func TestReservationsUnderTheRunbooksACL(t *testing.T) {
+	srv := redistest.NewServerWith(t, redistest.Config{Users: []redistest.User{{Name: "sluice", Password: "Acl-Lease-5e2d",
+		Rules: []string{"~rl:*", "+@all", "-@dangerous", "+info"}}}})
+	s := newStore(t, redis.Config{URL: srv.URLWith("sluice", "Acl-Lease-5e2d"), Timeout: testTimeout, Time: redis.CallerTime})
+	now := time.Now()
+	limits := []domain.Limit{
+		{Key: "rl:{t}:user:u:r:w", Window: sliding(5, time.Minute), Cost: 2},
+		{Key: "rl:{t}:user:u:r:c", Window: concurrency(1, time.Minute), Cost: 1},
+	}
+	r, lease, err := s.Reserve(t.Context(), now, limits, time.Minute)
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	_, err = s.Renew(t.Context(), now, lease, limits, time.Minute)
+	require.NoError(t, err)
+	got, err := s.Settle(t.Context(), now, lease, limits, 1)
+	require.NoError(t, err)
+	assert.Equal(t, domain.Settled, got)
+	p, err := s.Peek(t.Context(), now, limits)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), p.Status(0).Remaining)
+	assert.Equal(t, int64(1), p.Status(1).Remaining)
 }
