@@ -66,8 +66,14 @@ func WithCost(f CostFunc) Option { return func(o *options) { o.cost = f } }
 
 // serverFault reports whether a handler's status is the server's fault:
 // a reservation's Outcome.Failed.
+// A context error returned as is counts as the server does: canceled or
+// deadline exceeded.
 func serverFault(err error) bool {
-	switch status.FromContextError(err).Code() {
+	st, ok := status.FromError(err)
+	if !ok {
+		st = status.FromContextError(err)
+	}
+	switch st.Code() {
 	case codes.Internal, codes.Unavailable, codes.DataLoss, codes.Unknown, codes.DeadlineExceeded:
 		return true
 	}
