@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/adapters/httpmw"
 	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/domain"
 	"github.com/sluicehq/sluice/ports"
 	"github.com/sluicehq/sluice/ports/fakeclock"
 	"github.com/sluicehq/sluice/ports/recordertest"
@@ -178,6 +179,9 @@ func TestReservedRouteSettlesByWhatTheHandlerReports(t *testing.T) {
 			w.Header().Add("X-Cost", "2")
 		}, 15, true},
 		{"above the largest limit ignored", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("X-Cost", strconv.FormatInt(domain.MaxLimit+1, 10))
+		}, 15, true},
+		{"too many digits ignored", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("X-Cost", "99999999999999999999")
 		}, 15, true},
 		{"a panic refunds", func(http.ResponseWriter, *http.Request) {
