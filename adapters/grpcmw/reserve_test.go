@@ -26,7 +26,10 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/adapters/grpcmw"
+	"github.com/sluicehq/sluice/adapters/redis"
 	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/internal/limitertest"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/ports"
 	"github.com/sluicehq/sluice/ports/fakeclock"
 	"github.com/sluicehq/sluice/ports/recordertest"
@@ -355,7 +358,7 @@ func TestUnaryConcurrencyAndPanic(t *testing.T) {
 // slot comes back at 3 s. Both on a fake clock.
 func TestRenewalKeepsALongCallsSlot(t *testing.T) {
 	start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	for _, b := range backends {
+	for _, b := range fakeClockBackends {
 		for _, renewed := range []bool{true, false} {
 			t.Run(b.Name+"/renewed="+strconv.FormatBool(renewed), func(t *testing.T) {
 				clock := fakeclock.New(start)
@@ -432,4 +435,17 @@ func (l *lockedLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// fakeClockBackends are the stores of the fake-clock tests: the local
+// store, and Redis on the caller's clock (by default it reads its own,
+// which a fake clock does not move).
+var fakeClockBackends = []limitertest.Backend{
+	{Name: "local", Primary: func(t testing.TB) ports.Store { return newLocal(t) }},
+	{Name: "redis", Primary: func(t testing.TB) ports.Store {
+		s, err := redis.New(redis.Config{URL: redistest.StandaloneURL(t), Mode: redis.ModeStandalone, Timeout: limitertest.StoreTimeout, Time: redis.CallerTime})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}},
 }

@@ -17,8 +17,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/adapters/httpmw"
+	"github.com/sluicehq/sluice/adapters/redis"
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/internal/limitertest"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/ports"
 	"github.com/sluicehq/sluice/ports/fakeclock"
 	"github.com/sluicehq/sluice/ports/recordertest"
@@ -437,7 +440,7 @@ func TestAClientGoneStillSettles(t *testing.T) {
 // fires) the slot comes back at 3 s. Both on a fake clock.
 func TestRenewalKeepsALongRequestsSlot(t *testing.T) {
 	start := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	for _, b := range backends {
+	for _, b := range fakeClockBackends {
 		for _, renewed := range []bool{true, false} {
 			t.Run(b.Name+"/renewed="+strconv.FormatBool(renewed), func(t *testing.T) {
 				clock := fakeclock.New(start)
@@ -564,4 +567,17 @@ func TestReservedHandlerCanHijack(t *testing.T) {
 	assert.Equal(t, "hijacked", body)
 	await(t, rec.settles, "settlement")
 	assert.Equal(t, int64(15), remaining(t, lim, meteredRoute), "nothing reported: the cost reserved")
+}
+
+// fakeClockBackends are the stores of the fake-clock tests: the local
+// store, and Redis on the caller's clock (by default it reads its own,
+// which a fake clock does not move).
+var fakeClockBackends = []limitertest.Backend{
+	{Name: "local", Primary: func(t testing.TB) ports.Store { return newLocal(t) }},
+	{Name: "redis", Primary: func(t testing.TB) ports.Store {
+		s, err := redis.New(redis.Config{URL: redistest.StandaloneURL(t), Mode: redis.ModeStandalone, Timeout: limitertest.StoreTimeout, Time: redis.CallerTime})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}},
 }
