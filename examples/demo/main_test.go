@@ -212,6 +212,10 @@ func TestDemoService(t *testing.T) {
 	reports := out[strings.Index(out, "== 8."):strings.Index(out, "== 9.")]
 	assert.Regexp(t, `(?m)^3 .*429 Too Many Requests .*"user-inflight";r=0`, reports)
 	assert.Regexp(t, `(?m)^4 .*200 OK`, reports)
+	// The outage scene: exports (costly: local) reserve and settle on this
+	// instance's store, 3 rows each.
+	outage := out[strings.Index(out, "== 9."):]
+	assert.Regexp(t, `(?m)^4 .*exports.*200 OK +84 +"user-rows";r=84`, outage)
 	assert.NotContains(t, out, "DENIED_DEGRADED", "states are internal; the client sees status codes")
 	p.stop(t)
 }
