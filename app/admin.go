@@ -78,9 +78,9 @@ type ResetRequest struct {
 	// ClientIP, User, Tenant and APIKey are raw identities, as in a
 	// Request. The Dimension's own identity is required; the others scope
 	// the reset as they scope a request's keys: the windows of user u in
-	// tenant t are not those of user u without a tenant, and an ip's
-	// windows seen with a user are counted apart from the ip's anonymous
-	// ones.
+	// tenant t are not those of user u without a tenant. An ip's windows
+	// count per ip whoever sends (docs/adr/013): an ip reset forgets them
+	// whatever identity it names beside the ip.
 	ClientIP             netip.Addr
 	User, Tenant, APIKey string
 	// Profiles limits the reset to these profiles ("facade" names the
