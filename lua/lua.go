@@ -72,4 +72,4 @@ var RateLimitV4 string
 
 // RateLimitV4SHA1 is the SHA1 of RateLimitV4. A test checks it against the
 // embedded text.
-const RateLimitV4SHA1 = "2af53d8249013a03df9343a98d52c8588dc2be8e"
+const RateLimitV4SHA1 = "3b55aee88dff3fb7639d29c7c1111c4f9859f228"

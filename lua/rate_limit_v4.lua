@@ -66,11 +66,13 @@
 -- (or no record: it outlived its TTL and margin). Settling reads and
 -- validates every key, then per rate key d = actual - cost: d > 0
 -- charges d units at now (a log records at most its limit of them; GCRA
--- moves its TAT, capped at now + MaxPeriod), d < 0 refunds -d of the
--- lease's units stamped at its instant (a compact log's units at that
--- instant, a ZSET log's members ID..":"..k) while they are inside the
--- window, or moves a GCRA TAT back, never before now. Every concurrency
--- key loses the lease's members; the record is marked settled.
+-- moves its TAT, capped at now + MaxPeriod), d < 0 refunds -d units in
+-- the algorithm the key is stored in: a log loses up to -d of the units
+-- stamped at the lease's instant (a compact log's units at that instant,
+-- a ZSET log's members ID..":"..k) unless they left the window, a GCRA
+-- TAT moves back -d of the intervals it was written with, never before
+-- now. Every concurrency key loses the lease's members; the record is
+-- marked settled.
 --
 -- Op 3 (Renew): reply {1, now} renewed, {0} the lease is settled,
 -- expired or unknown. The record and the lease's concurrency members
@@ -89,8 +91,10 @@
 --     from 1970 on.
 --   ZSET sliding log: one member per unit scored by its instant.
 --   concurrency: a ZSET, one member per slot held, ID..":"..k, scored by
---     its lease's expiry; members at or before now are expired, not
---     counted, and trimmed by the next write of the key.
+--     its lease's expiry; members at or before now are expired and not
+--     counted; a write of the key trims those at or before now - grace
+--     (a caller whose now lags by less than the grace still counts
+--     them), and the key lives until its latest expiry plus the grace.
 --   lease record: "\3", B state (1 open, 2 settled), i8 the instant of
 --     the reservation, i8 its expiry; PX the TTL plus a margin.
 -- A key found nil by MGET under a window that wants a string is probed
@@ -293,12 +297,12 @@ if leased then
         local top = tops[i]
         if top then
           local key = KEYS[i]
-          redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+          redis.call('ZREMRANGEBYSCORE', key, '-inf', now - grace)
           members('ZADD', key, 'XX', exp, 1, arg[4 * i])
           if exp > top then
             top = exp
           end
-          local px = top - now + 999
+          local px = top - now + grace + 999
           px = (px - px % 1000) / 1000
           if px < minttl then
             px = minttl
@@ -612,8 +616,8 @@ end
 -- 0), then those of a refused request (A < n), or for Peek those of the
 -- state as it stands. Reads come before every write.
 -- Settle: each concurrency key gives the lease's slots back, each rate
--- key refunds here, or charges (charge[i] > 0) through the writes of an
--- admission below; the record is marked settled last.
+-- key refunds or charges here, a log's charge (charge[i] > 0) through the
+-- writes of an admission below; the record is marked settled last.
 local charge
 if op == 2 then
   charge = {}
@@ -626,22 +630,55 @@ if op == 2 then
     if g == 2 then
       if st[b + 7] then
         members('ZREM', key, false, false, 1, c)
-        redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', now - grace)
+      end
+    elseif d > 0 and g == 1 then
+      -- GCRA: the TAT moves on d intervals from max(TAT, now), converted
+      -- (S1, S2), at most MaxPeriod ahead of now, in the window's
+      -- encoding (S6).
+      local t = st[b + 11]
+      local new = st[b + 8] + d * t
+      if new > now + MAXP then
+        new = now + MAXP
+      end
+      local px = new - now + 999
+      px = (px - px % 1000) / 1000
+      if px < minttl then
+        px = minttl
+      end
+      if bare then
+        redis.call('SET', key, new, 'PX', ttl(px))
+      else
+        redis.call('SET', key, pack('>Bi8i8', 2, new, t), 'PX', ttl(px))
       end
     elseif d > 0 then
-      -- A log records at most its limit of a charge: beyond that the
-      -- window is full until now + period anyway.
-      if g == 0 and d > l then
+      -- A log charges through an admission's writes below; it records
+      -- at most its limit of a charge: beyond that the window is full
+      -- until now + period anyway.
+      if d > l then
         d = l
       end
       charge[i] = d
     elseif d < 0 and kind ~= NONE then
-      if g == 1 then
-        -- GCRA: the TAT moves back d intervals, never before now.
-        local start = st[b + 8]
-        if start > now then
-          local t = st[b + 11]
-          local new = start + d * t
+      -- A refund of -d units, in the algorithm the key is stored in (a
+      -- key rewritten under another window since the reservation gives
+      -- back what its state still holds), as domain.KeyState.Refund.
+      local v, p = got[i], arg[j - 1]
+      if kind == GCRA then
+        -- The TAT moves back -d of the intervals it was written with,
+        -- never before now (a bare TAT: the window's interval).
+        local tat, tw
+        if #v == 17 and byte(v, 1) == 2 then
+          local _
+          _, tat, tw = sunpack('>Bi8i8', v)
+        else
+          tat, tw = tonumber(v), (p - p % l) / l
+          if tw < 1 then
+            tw = 1
+          end
+        end
+        if tat > now then
+          local new = tat + d * tw
           if new < now then
             new = now
           end
@@ -653,17 +690,14 @@ if op == 2 then
           if bare then
             redis.call('SET', key, new, 'PX', ttl(px))
           else
-            redis.call('SET', key, pack('>Bi8i8', 2, new, t), 'PX', ttl(px))
+            redis.call('SET', key, pack('>Bi8i8', 2, new, tw), 'PX', ttl(px))
           end
         end
-      elseif leaseAt > st[b + 9] then
+      elseif leaseAt > now - p then
         -- A log: up to -d of the units stamped at the lease's instant,
-        -- while they are inside the window (a compact log's units at
-        -- that instant are alike; a ZSET log's are the lease's
-        -- members). A GCRA state read by a log stamps its units now:
-        -- none is the lease's.
+        -- unless they left the window (a compact log's units at one
+        -- instant are alike; a ZSET log's are the lease's members).
         if kind == COMPACT then
-          local v = st[b + 2]
           local m = (#v - 1) / 7
           local hi = above(v, 0, m, leaseAt)
           local k = hi - above(v, 0, hi, leaseAt - 1)
@@ -673,7 +707,7 @@ if op == 2 then
           if k > 0 then
             redis.call('SET', key, sub(v, 1, 1 + 7 * (hi - k)) .. sub(v, 2 + 7 * hi), 'KEEPTTL')
           end
-        elseif kind == ZSET then
+        else
           members('ZREM', key, false, false, c + d + 1, c)
         end
       end
@@ -761,8 +795,13 @@ if not consume or A < reps then
     else
       -- A concurrency window (Peek, or a refused Reserve): count slots
       -- held, newest their latest expiry; a refusal waits for the
-      -- earliest expiry.
+      -- earliest expiry. Instants out of order can find more held than
+      -- the limit (a lease expired at a later instant, a slot taken
+      -- since): never below zero.
       remaining = l - count
+      if remaining < 0 then
+        remaining = 0
+      end
       if count + c > l then
         local z = redis.call('ZRANGEBYSCORE', KEYS[i], '(' .. format('%.0f', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
         retry = tonumber(z[2]) - now
@@ -795,9 +834,6 @@ for i = 1, U > 0 and n or 0 do
     local remaining, reset
     if g == 1 then
       local new = st[b + 8] + used * t
-      if new > now + MAXP then
-        new = now + MAXP -- a charge past the limit
-      end
       remaining = t * l - (new - now)
       remaining = (remaining - remaining % t) / t
       reset = new - now
@@ -932,13 +968,13 @@ for i = 1, U > 0 and n or 0 do
       -- until its latest expiry.
       local key, exp, top = KEYS[i], now + X, newest
       if top then
-        redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', now - grace)
       end
       if not top or top < exp then
         top = exp
       end
       members('ZADD', key, false, exp, 1, c)
-      local px = top - now + 999
+      local px = top - now + grace + 999
       px = (px - px % 1000) / 1000
       if px < minttl then
         px = minttl
