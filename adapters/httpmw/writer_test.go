@@ -14,9 +14,11 @@ import (
 // everything is a writer with every optional interface wrapStatus keeps.
 type everything struct{ *httptest.ResponseRecorder }
 
-func (everything) Hijack() (net.Conn, *bufio.ReadWriter, error) { return nil, nil, http.ErrNotSupported }
-func (everything) ReadFrom(io.Reader) (int64, error)           { return 0, nil }
-func (everything) Push(string, *http.PushOptions) error         { return http.ErrNotSupported }
+func (everything) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return nil, nil, http.ErrNotSupported
+}
+func (everything) ReadFrom(io.Reader) (int64, error)    { return 0, nil }
+func (everything) Push(string, *http.PushOptions) error { return http.ErrNotSupported }
 
 type (
 	rw = http.ResponseWriter
