@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/adapters/httpmw"
+	"github.com/sluicehq/sluice/adapters/local"
 	"github.com/sluicehq/sluice/adapters/redis"
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/domain"
@@ -580,4 +581,36 @@ var fakeClockBackends = []limitertest.Backend{
 		t.Cleanup(func() { _ = s.Close() })
 		return s
 	}},
+}
+
+// settleDown is the local store whose Settle fails as a store that went
+// down after the decision would.
+type settleDown struct{ *local.Store }
+
+func (settleDown) Settle(context.Context, time.Time, domain.Lease, []domain.Limit, int64) (domain.Settlement, error) {
+	return 0, domain.ErrStoreUnavailable
+}
+
+// TestAFailedSettlementLeavesTheResponseAlone: a settlement the store
+// cannot take is recorded (a settle store call with its error), the
+// response is the handler's, and the lease is left to expire at the
+// cost reserved.
+func TestAFailedSettlementLeavesTheResponseAlone(t *testing.T) {
+	rec := newSignals()
+	lim := newLimiter(t, reserveConfig(t), settleDown{newLocal(t)}, rec)
+	srv := reserveService(t, lim, httpmw.Config{}, map[string]http.HandlerFunc{meteredRoute: func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("X-Cost", "1")
+		_, _ = io.WriteString(w, "served")
+	}})
+	resp, body, err := send(t.Context(), srv, "POST", "/api/v1/metered")
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, "served", body)
+	select {
+	case c := <-rec.settles:
+		require.ErrorIs(t, c.Err, domain.ErrStoreUnavailable)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no settlement within 10 s")
+	}
+	assert.Equal(t, int64(15), remaining(t, lim, meteredRoute), "unsettled: the cost reserved stays until the lease expires")
 }
