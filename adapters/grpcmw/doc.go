@@ -45,4 +45,17 @@
 // that decided, which are per instance (the degraded cap of a bypassed
 // method, or its own windows on the local action). In shadow mode every
 // call passes, with the metadata of what would have been enforced.
+//
+// A method whose profile has a concurrency window or settle rules (see
+// Reserver; every method, with WithCost) is decided by the Limiter's
+// Reserve, and its reservation is settled once the handler returns
+// (docs/adr/012): at the cost the handler reports in trailer metadata
+// (grpc.SetTrailer, or SetTrailer on its stream) under the profile's cost
+// header lower-cased, or through WithCost's function; at nothing when the
+// call failed on the server's side (Internal, Unavailable, DataLoss,
+// Unknown, DeadlineExceeded, or a panic) and the profile refunds
+// failures; else at the cost reserved. A stream holds its concurrency
+// slot until its handler returns; the lease is renewed every third of its
+// TTL meanwhile. The settlement runs on a context detached from the
+// call's (Config.SettleTimeout), also when the client cancelled.
 package grpcmw

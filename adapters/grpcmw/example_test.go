@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/adapters/grpcmw"
@@ -83,4 +85,73 @@ func Example() {
 	// OK
 	// OK
 	// ResourceExhausted
+}
+
+// tokenCounter is the health service whose Check reports what it cost in
+// trailer metadata, as a service that learns its cost by serving would
+// (LLM tokens, rows).
+type tokenCounter struct{ *health.Server }
+
+func (s tokenCounter) Check(ctx context.Context, r *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	_ = grpc.SetTrailer(ctx, metadata.Pairs("tokens-used", "37"))
+	return s.Server.Check(ctx, r)
+}
+
+// A method charged by what it served: WithCost makes the interceptor
+// reserve the profile's cost (100 tokens of the address's 1000 an hour)
+// and settle, once the handler has returned, at the tokens it reported
+// in its trailer; the next decision sees what was really spent.
+func ExampleWithCost() {
+	primary, _ := local.New(local.Config{})
+	fallback, _ := local.New(local.Config{})
+	defer primary.Close()
+	defer fallback.Close()
+	lim, err := app.New(app.Config{
+		HMACSecret: app.Secret(strings.Repeat("5e", 32)), // example only: never hard-code a secret
+		Profiles: []app.ProfileConfig{{
+			Name: "health", Family: domain.FamilyCostly, Routes: []string{"/grpc.health.v1.Health/Check"}, Cost: 100,
+			Windows: app.WindowsConfig{IP: []app.WindowConfig{{Name: "tokens", Limit: 1000, Period: time.Hour}}},
+		}},
+	}, app.Deps{Store: primary, Fallback: fallback, Recorder: recordertest.Discard{}})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close()
+
+	rl, err := grpcmw.New(lim, grpcmw.Config{},
+		grpcmw.WithCost(func(_ context.Context, _ string, err error, trailer metadata.MD) (int64, bool) {
+			v := trailer.Get("tokens-used")
+			if err != nil || len(v) != 1 {
+				return 0, false
+			}
+			n, perr := strconv.ParseInt(v[0], 10, 64)
+			return n, perr == nil
+		}))
+	if err != nil {
+		panic(err)
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(rl.Unary()))
+	healthpb.RegisterHealthServer(srv, tokenCounter{health.NewServer()})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	go srv.Serve(lis)
+	defer srv.Stop()
+
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		panic(err)
+	}
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+	for range 3 {
+		var md metadata.MD
+		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.Header(&md))
+		fmt.Println(status.Code(err), md.Get(grpcmw.MetadataRateLimit))
+	}
+	// Output:
+	// OK ["ip-tokens";r=900;t=3600]
+	// OK ["ip-tokens";r=863;t=3600]
+	// OK ["ip-tokens";r=826;t=3600]
 }

@@ -3,6 +3,7 @@ package grpcmw
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/ports"
 )
 
 // Evaluator decides one request; *app.Limiter is one.
@@ -48,10 +50,31 @@ type Config struct {
 	// x-forwarded-for metadata is believed. Empty means none: the client
 	// is the connection's peer, and x-forwarded-for is ignored.
 	TrustedProxies []netip.Prefix
+	// SettleTimeout bounds the settlement of a reservation after the
+	// handler returns, and each renewal of its lease while the handler
+	// runs (default DefaultSettleTimeout). Both run on a context detached
+	// from the call's, so that a call the client cancels is still
+	// settled; the Limiter's store deadline applies within.
+	SettleTimeout time.Duration
+	// Clock drives the renewals of a reservation's lease while its
+	// handler runs. nil means ports.SystemClock; tests pass the
+	// Limiter's fake clock.
+	Clock ports.Clock
+	// AuditLog receives the cost reports the interceptors ignore (cost
+	// trailer metadata that is not one integer between 0 and
+	// domain.MaxLimit): the reservation then settles at its reserved
+	// cost. nil means slog.Default().
+	AuditLog *slog.Logger
 }
+
+// DefaultSettleTimeout is Config.SettleTimeout's default.
+const DefaultSettleTimeout = 5 * time.Second
 
 // Validate reports a *domain.ConfigError for a configuration New refuses.
 func (c Config) Validate() error {
+	if c.SettleTimeout < 0 {
+		return &domain.ConfigError{Field: "grpcmw.settle_timeout", Reason: "must not be negative"}
+	}
 	for i, p := range c.TrustedProxies {
 		if !p.IsValid() {
 			return &domain.ConfigError{Field: fmt.Sprintf("grpcmw.trusted_proxies[%d]", i), Reason: "invalid prefix"}
@@ -72,28 +95,51 @@ const (
 // Interceptors decide every call with a Limiter before its handler runs.
 type Interceptors struct {
 	lim Evaluator
-	cfg Config
+	// res is lim when it can reserve, else nil.
+	res  Reserver
+	cost CostFunc
+	cfg  Config
 }
 
-// New returns the interceptors of lim.
-func New(lim Evaluator, cfg Config) (*Interceptors, error) {
+// New returns the interceptors of lim. When lim is a Reserver, a method
+// it says is Reserving (every method, with WithCost) is decided by
+// Reserve, and its reservation is settled after the handler returns (see
+// Reserver).
+func New(lim Evaluator, cfg Config, opts ...Option) (*Interceptors, error) {
 	if lim == nil {
 		return nil, &domain.ConfigError{Field: "grpcmw.limiter", Reason: "required"}
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	res, _ := lim.(Reserver)
+	if o.cost != nil && res == nil {
+		return nil, &domain.ConfigError{Field: "grpcmw.cost", Reason: "the limiter cannot reserve (it is not a grpcmw.Reserver)"}
+	}
 	cfg.TrustedProxies = slices.Clone(cfg.TrustedProxies)
 	for i, p := range cfg.TrustedProxies {
 		cfg.TrustedProxies[i] = p.Masked()
 	}
-	return &Interceptors{lim: lim, cfg: cfg}, nil
+	if cfg.SettleTimeout == 0 {
+		cfg.SettleTimeout = DefaultSettleTimeout
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = ports.SystemClock{}
+	}
+	if cfg.AuditLog == nil {
+		cfg.AuditLog = slog.Default()
+	}
+	return &Interceptors{lim: lim, res: res, cost: o.cost, cfg: cfg}, nil
 }
 
 // Unary returns the unary server interceptor.
 func (i *Interceptors) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		md, err := i.decide(ctx, info.FullMethod)
+		md, rsv, err := i.decide(ctx, info.FullMethod)
 		if md != nil {
 			// Headers travel with the response or, on a refusal, in a
 			// header frame before the status.
@@ -102,28 +148,36 @@ func (i *Interceptors) Unary() grpc.UnaryServerInterceptor {
 		if err != nil {
 			return nil, err
 		}
-		return handler(ctx, req)
+		if rsv == nil {
+			return handler(ctx, req)
+		}
+		return i.unaryReserved(ctx, req, info.FullMethod, handler, rsv)
 	}
 }
 
 // Stream returns the stream server interceptor: the decision is taken
-// once, when the stream opens.
+// once, when the stream opens; a reservation's concurrency slot is held
+// until the handler returns.
 func (i *Interceptors) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		md, err := i.decide(ss.Context(), info.FullMethod)
+		md, rsv, err := i.decide(ss.Context(), info.FullMethod)
 		if md != nil {
 			_ = ss.SetHeader(md)
 		}
 		if err != nil {
 			return err
 		}
-		return handler(srv, ss)
+		if rsv == nil {
+			return handler(srv, ss)
+		}
+		return i.streamReserved(srv, ss, info.FullMethod, handler, rsv)
 	}
 }
 
-// decide evaluates one call. It returns the metadata to send and, for a
-// call that must not reach its handler, the status error.
-func (i *Interceptors) decide(ctx context.Context, method string) (metadata.MD, error) {
+// decide decides one call, by Reserve for a reserving method. It returns
+// the metadata to send, the reservation to settle (nil unless reserved)
+// and, for a call that must not reach its handler, the status error.
+func (i *Interceptors) decide(ctx context.Context, method string) (metadata.MD, *app.Reservation, error) {
 	req := app.Request{Route: method}
 	// An unresolved address stays the zero Addr: the Limiter rejects it as
 	// invalid context (ip_unresolved) and records that.
@@ -132,22 +186,31 @@ func (i *Interceptors) decide(ctx context.Context, method string) (metadata.MD, 
 		id := i.cfg.Identity(ctx, method)
 		req.User, req.Tenant, req.APIKey = id.User, id.Tenant, id.APIKey
 	}
-	d, err := i.lim.Evaluate(ctx, req)
+	var (
+		d   domain.Decision
+		rsv *app.Reservation
+		err error
+	)
+	if i.res != nil && (i.cost != nil || i.res.Reserving(method)) {
+		d, rsv, err = i.res.Reserve(ctx, req)
+	} else {
+		d, err = i.lim.Evaluate(ctx, req)
+	}
 	if err != nil {
-		return nil, status.Error(codes.Internal, MessageNotRecorded)
+		return nil, nil, status.Error(codes.Internal, MessageNotRecorded)
 	}
 	md := rateLimitMetadata(&d)
 	if !d.Blocks() {
-		return md, nil
+		return md, rsv, nil
 	}
 	switch d.State {
 	case domain.Throttled:
-		return withRetryAfter(md, &d), throttled(&d)
+		return withRetryAfter(md, &d), nil, throttled(&d)
 	case domain.DeniedDegraded:
-		return withRetryAfter(md, &d), statusWithDetails(codes.Unavailable, MessageDenied,
+		return withRetryAfter(md, &d), nil, statusWithDetails(codes.Unavailable, MessageDenied,
 			&errdetails.RetryInfo{RetryDelay: durationpb.New(retryAfter(&d))})
 	default:
-		return nil, status.Error(codes.InvalidArgument, MessageInvalidContext)
+		return nil, nil, status.Error(codes.InvalidArgument, MessageInvalidContext)
 	}
 }
 

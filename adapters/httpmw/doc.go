@@ -77,4 +77,22 @@
 //
 // A handler that panics after an allowed decision leaves that decision
 // recorded: the Limiter records it before the handler runs.
+//
+// # Reservations
+//
+// A route whose profile has a concurrency window or settle rules (see
+// Reserver; every route, with WithCost) is decided by the Limiter's
+// Reserve, and its reservation is settled once the handler returns
+// (docs/adr/012): at the cost the handler reports in the profile's cost
+// header or trailer (or through WithCost's function), at nothing when
+// the request failed (a 5xx or a panic) and the profile refunds
+// failures, else at the cost reserved; a concurrency window's slot is
+// held until then, and the lease renewed every third of its TTL while the
+// handler runs. The settlement runs on a context detached from the
+// request's (Config.SettleTimeout), also when the client went away or the
+// handler panicked. The handler sees a writer with the same optional
+// interfaces as the server's (http.Flusher, http.Hijacker,
+// io.ReaderFrom, http.Pusher), and http.ResponseController reaches the
+// server's writer through Unwrap. The client sees nothing of this beyond
+// the usual rate-limit fields and refusals.
 package httpmw

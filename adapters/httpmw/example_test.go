@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"time"
 
@@ -122,4 +123,55 @@ func Example_chi() {
 	// 200 "ip-burst";r=1;t=60
 	// 200 "ip-burst";r=0;t=60
 	// 429 "ip-burst";r=0;t=60
+}
+
+// A route charged by what it served: WithCost makes the middleware
+// reserve the profile's cost (100 tokens of the address's 1000 an hour)
+// and settle, once the handler has returned, at the tokens the handler
+// reports; the next decision sees what was really spent.
+func ExampleWithCost() {
+	primary, _ := local.New(local.Config{})
+	fallback, _ := local.New(local.Config{})
+	defer primary.Close()
+	defer fallback.Close()
+	lim, err := app.New(app.Config{
+		HMACSecret: app.Secret(strings.Repeat("5e", 32)), // example only: never hard-code a secret
+		Profiles: []app.ProfileConfig{{
+			Name: "completions", Family: domain.FamilyCostly, Routes: []string{"POST /api/v1/complete"}, Cost: 100,
+			Windows: app.WindowsConfig{IP: []app.WindowConfig{{Name: "tokens", Limit: 1000, Period: time.Hour}}},
+		}},
+	}, app.Deps{Store: primary, Fallback: fallback, Recorder: recordertest.Discard{}})
+	if err != nil {
+		panic(err)
+	}
+	defer lim.Close()
+
+	mux := httpmw.NewServeMux()
+	mux.HandleFunc("POST /api/v1/complete", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("X-Tokens-Used", "37") // what this completion cost
+		fmt.Fprintln(w, "done")
+	})
+	limit, err := httpmw.New(lim, httpmw.Config{Route: mux.Route()},
+		httpmw.WithCost(func(_ *http.Request, _ int, h http.Header) (int64, bool) {
+			n, err := strconv.ParseInt(h.Get("X-Tokens-Used"), 10, 64)
+			return n, err == nil
+		}))
+	if err != nil {
+		panic(err)
+	}
+	srv := httptest.NewServer(limit(mux))
+	defer srv.Close()
+
+	for range 3 {
+		resp, err := http.Post(srv.URL+"/api/v1/complete", "text/plain", nil)
+		if err != nil {
+			panic(err)
+		}
+		resp.Body.Close()
+		fmt.Println(resp.StatusCode, resp.Header.Get("RateLimit"))
+	}
+	// Output:
+	// 200 "ip-tokens";r=900;t=3600
+	// 200 "ip-tokens";r=863;t=3600
+	// 200 "ip-tokens";r=826;t=3600
 }

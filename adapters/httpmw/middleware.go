@@ -3,11 +3,14 @@ package httpmw
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/netip"
+	"time"
 
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/ports"
 )
 
 // Evaluator decides one request; *app.Limiter is one.
@@ -60,10 +63,31 @@ type Config struct {
 	// sluice's observability fails closed: by default such a request is
 	// answered 500 and the handler is not called.
 	OnError ErrorFunc
+	// SettleTimeout bounds the settlement of a reservation after the
+	// handler returns, and each renewal of its lease while the handler
+	// runs (default DefaultSettleTimeout). Both run on a context detached
+	// from the request's, so that a client that goes away still has its
+	// reservation settled; the Limiter's store deadline applies within.
+	SettleTimeout time.Duration
+	// Clock drives the renewals of a reservation's lease while its
+	// handler runs. nil means ports.SystemClock; tests pass the
+	// Limiter's fake clock.
+	Clock ports.Clock
+	// AuditLog receives the cost reports the middleware ignores (a cost
+	// header that is not one integer between 0 and domain.MaxLimit): the
+	// reservation then settles at its reserved cost. nil means
+	// slog.Default().
+	AuditLog *slog.Logger
 }
+
+// DefaultSettleTimeout is Config.SettleTimeout's default.
+const DefaultSettleTimeout = 5 * time.Second
 
 // Validate reports a *domain.ConfigError for a configuration New refuses.
 func (c Config) Validate() error {
+	if c.SettleTimeout < 0 {
+		return &domain.ConfigError{Field: "httpmw.settle_timeout", Reason: "must not be negative"}
+	}
 	if c.ProxyHeader > Forwarded {
 		return &domain.ConfigError{Field: "httpmw.proxy_header", Reason: "unknown header"}
 	}
@@ -81,12 +105,33 @@ func (c Config) Validate() error {
 // rate-limit headers already set on the response.
 // A refusal never reaches it: 429 with a quota-exceeded problem, 503 with
 // a temporary-reduced-capacity problem, or the uniform 400.
-func New(lim Evaluator, cfg Config) (func(http.Handler) http.Handler, error) {
+//
+// When lim is a Reserver, a route it says is Reserving (every route, with
+// WithCost) is decided by Reserve, and its reservation is settled after
+// the handler returns (see Reserver).
+func New(lim Evaluator, cfg Config, opts ...Option) (func(http.Handler) http.Handler, error) {
 	if lim == nil {
 		return nil, &domain.ConfigError{Field: "httpmw.limiter", Reason: "required"}
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	res, _ := lim.(Reserver)
+	if o.cost != nil && res == nil {
+		return nil, &domain.ConfigError{Field: "httpmw.cost", Reason: "the limiter cannot reserve (it is not a httpmw.Reserver)"}
+	}
+	if cfg.SettleTimeout == 0 {
+		cfg.SettleTimeout = DefaultSettleTimeout
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = ports.SystemClock{}
+	}
+	if cfg.AuditLog == nil {
+		cfg.AuditLog = slog.Default()
 	}
 	if cfg.Route == nil {
 		cfg.Route = RequestPattern
@@ -99,12 +144,15 @@ func New(lim Evaluator, cfg Config) (func(http.Handler) http.Handler, error) {
 		cfg.TrustedProxies[i] = p.Masked()
 	}
 	return func(next http.Handler) http.Handler {
-		return &middleware{lim: lim, cfg: cfg, next: next}
+		return &middleware{lim: lim, res: res, cost: o.cost, cfg: cfg, next: next}
 	}, nil
 }
 
 type middleware struct {
-	lim  Evaluator
+	lim Evaluator
+	// res is lim when it can reserve, else nil.
+	res  Reserver
+	cost CostFunc
 	cfg  Config
 	next http.Handler
 }
@@ -118,7 +166,16 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		id := m.cfg.Identity(r)
 		req.User, req.Tenant, req.APIKey = id.User, id.Tenant, id.APIKey
 	}
-	d, err := m.lim.Evaluate(r.Context(), req)
+	var (
+		d   domain.Decision
+		rsv *app.Reservation
+		err error
+	)
+	if m.res != nil && (m.cost != nil || m.res.Reserving(req.Route)) {
+		d, rsv, err = m.res.Reserve(r.Context(), req)
+	} else {
+		d, err = m.lim.Evaluate(r.Context(), req)
+	}
 	if err != nil {
 		m.cfg.OnError(w, r, err)
 		return
@@ -128,7 +185,11 @@ func (m *middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	setRateLimitHeaders(w.Header(), &d)
-	m.next.ServeHTTP(w, r)
+	if rsv == nil {
+		m.next.ServeHTTP(w, r)
+		return
+	}
+	m.serveReserved(w, r, req.Route, rsv)
 }
 
 func internalError(w http.ResponseWriter, _ *http.Request, _ error) {

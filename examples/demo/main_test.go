@@ -197,13 +197,75 @@ func TestDemoService(t *testing.T) {
 	out := tour.String()
 	for _, want := range []string{
 		"429 Too Many Requests", `400 Bad Request {"error":"invalid_context"}`, "ResourceExhausted",
-		"gRPC Watch: Unavailable  retry in 1s", `"user-degraded_cap"`, "202 Accepted", `"HEALTHY"`,
+		"gRPC Watch: Unavailable  retry in 1s", `"user-degraded_cap"`, `"HEALTHY"`,
 		// The plans scene: a first request of a tenant on each plan.
 		`"user-burst";r=4;t=1`, `"user-burst";r=49;t=1`, `"user-burst";r=1;t=1`,
+		// The exports scene: 10 rows reserved each time, settled at 3, 3,
+		// 0 (a 500), 40: the fifth export sees 100-46-10 left.
+		`"user-rows";r=90;t=`, `"user-rows";r=87;t=`, `"user-rows";r=84;t=`, `"user-rows";r=44;t=`,
+		"500 Internal Server Error",
 	} {
 		assert.Contains(t, out, want)
 	}
+	// The reports scene: the third concurrent report is refused, the
+	// fourth, after the first two, passes.
+	reports := out[strings.Index(out, "== 8."):strings.Index(out, "== 9.")]
+	assert.Regexp(t, `(?m)^3 .*429 Too Many Requests .*"user-inflight";r=0`, reports)
+	assert.Regexp(t, `(?m)^4 .*200 OK`, reports)
+	// The outage scene: exports (costly: local) reserve and settle on this
+	// instance's store, 3 rows each.
+	outage := out[strings.Index(out, "== 9."):]
+	assert.Regexp(t, `(?m)^4 .*exports.*200 OK +84 +"user-rows";r=84`, outage)
 	assert.NotContains(t, out, "DENIED_DEGRADED", "states are internal; the client sees status codes")
+	p.stop(t)
+}
+
+// TestDemoSettlesExportsAndBoundsReports: an export is charged the rows
+// its handler reports (a failed one nothing); reports hold one of the
+// user's two in-flight slots each until their handler returns.
+func TestDemoSettlesExportsAndBoundsReports(t *testing.T) {
+	p := startDemo(t, nil, "-dev")
+	grace := http.Header{"X-Demo-User": {"grace@example.org"}, "X-Demo-Tenant": {"acme"}}
+	steps := []struct {
+		query     string
+		status    int
+		remaining string // at the decision: 10 reserved
+	}{
+		{"?rows=25", http.StatusOK, "90"},
+		{"?fail=1", http.StatusInternalServerError, "65"},
+		{"?rows=0", http.StatusOK, "65"},
+		{"?rows=1", http.StatusOK, "65"},
+	}
+	for _, s := range steps {
+		resp, body := p.get(t, "POST", "/api/v1/exports"+s.query, grace)
+		require.Equal(t, s.status, resp.StatusCode, "%s: %s", s.query, body)
+		assert.Equal(t, s.remaining, resp.Header.Get("X-RateLimit-Remaining"), s.query)
+	}
+
+	// Two slow reports: their headers arrive at once, their bodies after
+	// 3 s; meanwhile a third is refused.
+	var slow []*http.Response
+	for range 2 {
+		req, err := http.NewRequest("GET", p.httpBase+"/api/v1/reports?ms=3000", nil)
+		require.NoError(t, err)
+		req.Header = grace.Clone()
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		slow = append(slow, resp)
+	}
+	resp, body := p.get(t, "GET", "/api/v1/reports?ms=0", grace)
+	require.Equal(t, http.StatusTooManyRequests, resp.StatusCode, body)
+	assert.Contains(t, body, "user-inflight")
+	assert.NotEmpty(t, resp.Header.Get("Retry-After"))
+	for _, r := range slow {
+		b, err := io.ReadAll(r.Body)
+		require.NoError(t, err)
+		assert.Contains(t, string(b), `"report":"ready"`)
+		_ = r.Body.Close()
+	}
+	resp, body = p.get(t, "GET", "/api/v1/reports?ms=0", grace)
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "both slots are back: %s", body)
 	p.stop(t)
 }
 

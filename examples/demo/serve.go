@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -71,7 +72,9 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer closeStores()
 	var outage *switchable
 	if o.dev {
-		outage = &switchable{Store: primary}
+		if outage, err = newSwitchable(primary); err != nil {
+			return err
+		}
 		primary = outage
 	}
 	rec, err := boot.Recorder(cfg, stderr)
@@ -84,7 +87,8 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer lim.Close()
-	handler, err := newHTTPHandler(lim, rec.Handler(), outage)
+	audit := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("channel", "audit")
+	handler, err := newHTTPHandler(lim, rec.Handler(), outage, audit)
 	if err != nil {
 		return err
 	}

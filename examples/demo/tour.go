@@ -29,7 +29,7 @@ func tourMain(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	t := &tour{ctx: ctx, base: strings.TrimRight(*base, "/"), client: &http.Client{Timeout: 10 * time.Second}, out: stdout}
 	t.grpcAddr = *grpcAddr
-	scenes := []func() error{t.burst, t.sharedTenant, t.plans, t.bruteForce, t.invalidContext, t.grpc, t.outage}
+	scenes := []func() error{t.burst, t.sharedTenant, t.plans, t.bruteForce, t.invalidContext, t.grpc, t.exports, t.reports, t.outage}
 	for _, scene := range scenes {
 		if err := scene(); err != nil {
 			return err
@@ -64,26 +64,36 @@ func (t *tour) flush() {
 
 // do sends one request and prints a row; it returns the status.
 func (t *tour) do(n int, label, method, path string, header map[string]string) (int, error) {
-	req, err := http.NewRequestWithContext(t.ctx, method, t.base+path, nil)
+	resp, err := t.open(n, label, method, path, header)
 	if err != nil {
 		return 0, err
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// open sends one request and prints a row as soon as the response's
+// headers arrive; the caller reads and closes the body.
+func (t *tour) open(n int, label, method, path string, header map[string]string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(t.ctx, method, t.base+path, nil)
+	if err != nil {
+		return nil, err
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
 	resp, err := t.client.Do(req)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
-	_ = resp.Body.Close()
 	status := resp.Status
 	if resp.StatusCode == http.StatusBadRequest || strings.HasPrefix(path, "/demo/") {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
 		status += " " + strings.TrimSpace(string(body))
 	}
 	h := resp.Header
 	fmt.Fprintf(t.tw, "%d\t%s\t%s\t%s\t%s\t%s\n", n, label, status, dash(h.Get("X-RateLimit-Remaining")), dash(h.Get("RateLimit")), dash(h.Get("Retry-After")))
-	return resp.StatusCode, nil
+	return resp, nil
 }
 
 func dash(s string) string {
@@ -202,10 +212,66 @@ func (t *tour) call(n int, method string) error {
 	return nil
 }
 
+// exports shows a reservation that settles at the cost the handler
+// reports: each export reserves 10 rows, the handler reports what it
+// exported, and a failed export costs nothing.
+func (t *tour) exports() error {
+	t.scene("7. exports are charged by what they return (10 rows reserved of dave's 100 per minute, settled at the handler's X-Export-Rows; a 5xx costs nothing)")
+	dave := user("dave@example.org", "acme")
+	rows := []struct{ label, query string }{
+		{"dave   POST /api/v1/exports?rows=3", "?rows=3"},
+		{"dave   POST /api/v1/exports?rows=3", "?rows=3"},
+		{"dave   POST /api/v1/exports?fail=1   (500: refunded)", "?fail=1"},
+		{"dave   POST /api/v1/exports?rows=40  (charged past the 10 reserved)", "?rows=40"},
+		{"dave   POST /api/v1/exports?rows=1", "?rows=1"},
+	}
+	for i, r := range rows {
+		if _, err := t.do(i+1, r.label, "POST", "/api/v1/exports"+r.query, dave); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reports shows a concurrency window: two slow reports hold frank's two
+// slots until their handlers return; a third is refused meanwhile, and
+// passes once they are done.
+func (t *tour) reports() error {
+	t.scene("8. reports: at most 2 in flight per user, each slot held until its handler returns")
+	frank := user("frank@example.org", "acme")
+	var slow []*http.Response
+	defer func() {
+		for _, resp := range slow {
+			_ = resp.Body.Close()
+		}
+	}()
+	for i := 1; i <= 2; i++ {
+		// The handler sends its headers at once and its body 2 s later:
+		// once the headers are here, the report holds its slot.
+		resp, err := t.open(i, "frank  GET /api/v1/reports (a 2 s report)", "GET", "/api/v1/reports?ms=2000", frank)
+		if err != nil {
+			return err
+		}
+		slow = append(slow, resp)
+	}
+	if _, err := t.do(3, "frank  GET /api/v1/reports (while 1 and 2 run)", "GET", "/api/v1/reports?ms=0", frank); err != nil {
+		return err
+	}
+	// A body read to its end: the handler has returned and its slot is
+	// back (the middleware settles before the response ends).
+	for _, resp := range slow {
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			return err
+		}
+	}
+	_, err := t.do(4, "frank  GET /api/v1/reports (1 and 2 done)", "GET", "/api/v1/reports?ms=0", frank)
+	return err
+}
+
 // outage drives /demo/outage (served with -dev): the degraded matrix per
 // route family, then the recovery.
 func (t *tour) outage() error {
-	t.scene("7. the store goes down (-dev's /demo/outage): each route family answers its way")
+	t.scene("9. the store goes down (-dev's /demo/outage): each route family answers its way")
 	code, err := t.do(0, "POST /demo/outage", "POST", "/demo/outage", nil)
 	if err != nil {
 		return err
@@ -236,7 +302,7 @@ func (t *tour) outage() error {
 		return err
 	}
 	fmt.Fprintln(t.out, "   (Watch is an auth method: it fails closed while the store is down)")
-	t.scene("8. the store is back: RECOVERING, then HEALTHY after 3 good probes")
+	t.scene("10. the store is back: RECOVERING, then HEALTHY after 3 good probes")
 	if _, err := t.do(0, "DELETE /demo/outage", "DELETE", "/demo/outage", nil); err != nil {
 		return err
 	}

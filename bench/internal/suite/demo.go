@@ -75,8 +75,12 @@ func demoRequest(ctx context.Context, l *app.Limiter, id *Identity) (domain.Deci
 }
 
 // capture is a store that keeps a copy of the limits of the last Evaluate.
+// It reserves through the store it wraps: the demo's configuration has
+// profiles that reserve (exports, reports), which a Limiter accepts only
+// on a primary store that can.
 type capture struct {
 	ports.Store
+	ports.Reserver
 	limits []domain.Limit
 }
 
@@ -112,7 +116,7 @@ func limiterLimits(cfg func(*Env) (app.Config, error), req decide) func(*Env) ([
 			st.Close()
 			return nil, err
 		}
-		rec := &capture{Store: st}
+		rec := &capture{Store: st, Reserver: st}
 		l, err := app.New(c, app.Deps{Store: rec, Fallback: fallback, Recorder: recordertest.Discard{}})
 		if err != nil {
 			return nil, errors.Join(err, st.Close(), fallback.Close())
