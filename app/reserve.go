@@ -25,6 +25,12 @@ func (l *Limiter) Reserving(route string) bool {
 	return err == nil && p.reserving
 }
 
+// CanReserve reports whether the primary store takes reservations
+// (ports.Reserver): only then can a Reservation refund, charge or hold a
+// concurrency slot. The doors refuse a cost function on a Limiter that
+// cannot.
+func (l *Limiter) CanReserve() bool { return l.reserver != nil }
+
 // Reserve decides req as Evaluate does and, when the decision passes,
 // returns the Reservation that holds what it took: the cost on every rate
 // window and a slot of every concurrency window, under a lease
@@ -49,12 +55,19 @@ func (l *Limiter) Reserving(route string) bool {
 // no window counts) returns a Reservation whose Settle returns
 // domain.Settled and whose Renew does nothing. The error is as for
 // Evaluate: only a recording failure.
+//
+// On a primary store that cannot reserve (CanReserve is false; New
+// refuses profiles that need reservations there), Reserve decides as
+// Evaluate does and its Reservation holds nothing: the cost stays
+// counted whatever Settle says.
 func (l *Limiter) Reserve(ctx context.Context, req Request) (domain.Decision, *Reservation, error) {
 	ctx = l.startDecision(ctx)
 	ev := getEvaluation()
 	defer putEvaluation(ev)
 	l.begin(ev)
-	ev.mode = modeReserve
+	if l.reserver != nil {
+		ev.mode = modeReserve
+	}
 	if err := l.prepare(ev, req); err != nil {
 		ev.reject(err)
 	} else {

@@ -253,6 +253,37 @@ func TestNewRefusesReservingProfilesOnAStoreThatCannotReserve(t *testing.T) {
 	assert.Equal(t, "profiles[exports]", ce.Field)
 }
 
+// TestReserveOnAStoreThatCannotReserve: a profile that needs no
+// reservation may still be reserved (a door's cost function does) on a
+// primary store that takes none: Reserve decides as Evaluate and the
+// Reservation holds nothing. It used to dereference a nil Reserver.
+func TestReserveOnAStoreThatCannotReserve(t *testing.T) {
+	cfg := reserveConfig()
+	cfg.Profiles = cfg.Profiles[:1]
+	cfg.Profiles[0].Settle = nil
+	store := conformance.NewReferenceStore()
+	l, err := app.New(cfg, app.Deps{Store: struct{ ports.Store }{store}, Fallback: conformance.NewReferenceStore(), Recorder: &recorder{}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	require.False(t, l.CanReserve())
+	ctx := context.Background()
+	for i := range 3 {
+		d, res, err := l.Reserve(ctx, userReq(routeExports, "u1"))
+		require.NoError(t, err)
+		if i < 2 {
+			require.Equal(t, domain.Allowed, d.State, "reservation %d", i)
+			require.NotNil(t, res)
+			st, err := res.Settle(ctx, 0)
+			require.NoError(t, err)
+			assert.Equal(t, domain.Settled, st)
+			continue
+		}
+		// Nothing was refunded: two reservations of 5 spent the 10.
+		assert.Equal(t, domain.Throttled, d.State)
+		assert.Nil(t, res)
+	}
+}
+
 // TestReserveDegraded: the degraded matrix, for a reservation.
 func TestReserveDegraded(t *testing.T) {
 	ctx := context.Background()

@@ -117,8 +117,8 @@ func New(lim Evaluator, cfg Config, opts ...Option) (*Interceptors, error) {
 		opt(&o)
 	}
 	res, _ := lim.(Reserver)
-	if o.cost != nil && res == nil {
-		return nil, &domain.ConfigError{Field: "grpcmw.cost", Reason: "the limiter cannot reserve (it is not a grpcmw.Reserver)"}
+	if o.cost != nil && (res == nil || !res.CanReserve()) {
+		return nil, &domain.ConfigError{Field: "grpcmw.cost", Reason: "the limiter cannot reserve (not a grpcmw.Reserver, or its primary store takes no reservations)"}
 	}
 	cfg.TrustedProxies = slices.Clone(cfg.TrustedProxies)
 	for i, p := range cfg.TrustedProxies {

@@ -40,6 +40,7 @@ import (
 type Reserver interface {
 	Evaluator
 	Reserving(route string) bool
+	CanReserve() bool
 	Reserve(ctx context.Context, req app.Request) (domain.Decision, *app.Reservation, error)
 }
 

@@ -121,8 +121,8 @@ func New(lim Evaluator, cfg Config, opts ...Option) (func(http.Handler) http.Han
 		opt(&o)
 	}
 	res, _ := lim.(Reserver)
-	if o.cost != nil && res == nil {
-		return nil, &domain.ConfigError{Field: "httpmw.cost", Reason: "the limiter cannot reserve (it is not a httpmw.Reserver)"}
+	if o.cost != nil && (res == nil || !res.CanReserve()) {
+		return nil, &domain.ConfigError{Field: "httpmw.cost", Reason: "the limiter cannot reserve (not a httpmw.Reserver, or its primary store takes no reservations)"}
 	}
 	if cfg.SettleTimeout == 0 {
 		cfg.SettleTimeout = DefaultSettleTimeout
