@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"testing"
 	"time"
 
@@ -50,7 +51,7 @@ func TestConfigIsTheDemosWithNineWindowsOnSearch(t *testing.T) {
 		switch {
 		case p.Name == searchProfile && n != 9:
 			t.Errorf("search checks %d windows, want 9", n)
-		case p.Name != searchProfile && fmt.Sprint(p) != fmt.Sprint(orig.Profiles[i]):
+		case p.Name != searchProfile && !reflect.DeepEqual(p, orig.Profiles[i]):
 			t.Errorf("profile %s changed:\n%+v\nwant\n%+v", p.Name, p, orig.Profiles[i])
 		}
 	}

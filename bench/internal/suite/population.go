@@ -101,10 +101,15 @@ func newIdentity(ps *domain.Pseudonymiser, i int) Identity {
 	}
 	key := func(tag string, d domain.Dimension, window string) string {
 		rk, id := routeKey, pid[d]
-		if d == domain.DimensionTenantGlobal {
+		switch d {
+		case domain.DimensionTenantGlobal:
 			rk, id = domain.GlobalRouteKey, tag
-		} else if d == domain.DimensionTenant {
+		case domain.DimensionTenant:
 			id = tag
+		case domain.DimensionIP:
+			// An ip window counts per ip across every identity, under
+			// the ip's own tag (docs/adr/013).
+			tag = id
 		}
 		return domain.KeyParts{Tag: tag, Dimension: d, ID: id, RouteKey: rk, Window: window}.Key()
 	}
