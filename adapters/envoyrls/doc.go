@@ -38,9 +38,22 @@
 // status carries its current_limit, its own limit_remaining and
 // duration_until_reset; response_headers_to_add carries the IETF
 // RateLimit and RateLimit-Policy fields (domain.RateLimitFields), and
-// Retry-After on a refusal. hits_addend is read per request and per
-// descriptor (a descriptor's hits_addend of 0 and is_negative_hits count
-// nothing). A descriptor's limit override applies only when the domain
+// Retry-After on a refusal.
+//
+// # hits_addend
+//
+// As envoyproxy/ratelimit reads it: a descriptor's own hits_addend when
+// set, else the request's, whose 0 means unset, hence 1 (both are
+// unsigned in the API: a negative count cannot arrive). A descriptor's
+// hits_addend of 0 is a check (app.Limiter.CheckWindows): it consumes
+// nothing and is OVER_LIMIT once one more hit would be refused; a request
+// whose check is refused consumes nothing on any descriptor.
+// is_negative_hits (a refill) is answered OK and counts nothing: sluice
+// gives back only the units a reservation holds (docs/adr/012).
+//
+// # Overrides, shadow mode, replaces
+//
+// A descriptor's limit override applies only when the domain
 // sets limit_override_ceiling, and never above it. A limit in
 // shadow_mode is decided and counted in a decision of its own that never
 // refuses (so it never changes what the enforced limits consume);
