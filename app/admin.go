@@ -17,6 +17,9 @@ import (
 // own answer, and the degraded matrix has none to give.
 var ErrBreakerOpen = errors.New("breaker open")
 
+// errBreakerOpen is ErrBreakerOpen as Peek and Reset return it.
+var errBreakerOpen = fmt.Errorf("%w: %w", domain.ErrStoreUnavailable, ErrBreakerOpen)
+
 // Peek answers what Evaluate would answer for req right now, consuming
 // nothing: the quota a `/quota` endpoint shows a customer. It takes the
 // same path as Evaluate up to the store (profile, plan, pseudonymised keys)
@@ -30,10 +33,15 @@ var ErrBreakerOpen = errors.New("breaker open")
 // the zero Decision: a quota read from one instance's fallback would be
 // wrong for the fleet. Peek is not a decision: only its store call is
 // recorded.
+//
+// A reserving profile's concurrency windows are peeked too (their
+// Remaining is the slots free). A request whose keys span partitions
+// peeks each partition at once (docs/adr/013); nothing is held.
 func (l *Limiter) Peek(ctx context.Context, req Request) (domain.Decision, error) {
 	ev := getEvaluation()
 	defer putEvaluation(ev)
 	l.begin(ev)
+	ev.mode = modePeek
 	if err := l.prepare(ev, req); err != nil {
 		ev.reject(err)
 		return ev.d, err
@@ -42,10 +50,16 @@ func (l *Limiter) Peek(ctx context.Context, req Request) (domain.Decision, error
 		ev.d.State, ev.d.Cause, ev.d.Remaining = domain.Allowed, domain.CauseNoWindow, -1
 		return ev.d, nil
 	}
-	if !l.allowed(l.nodeOf(ev)) {
-		return domain.Decision{}, fmt.Errorf("%w: %w", domain.ErrStoreUnavailable, ErrBreakerOpen)
+	var res domain.Result
+	var err error
+	if parts := l.partitions(ev); parts.n > 1 {
+		res, err = l.peekSplit(ctx, ev, &parts)
+	} else {
+		if !l.allowed(l.nodeOf(ev)) {
+			return domain.Decision{}, errBreakerOpen
+		}
+		res, _, err = l.callStore(ctx, ev, ports.OpPeek)
 	}
-	res, _, err := l.callStore(ctx, ev, ports.OpPeek)
 	if err != nil {
 		return domain.Decision{}, err
 	}
@@ -64,9 +78,9 @@ type ResetRequest struct {
 	// ClientIP, User, Tenant and APIKey are raw identities, as in a
 	// Request. The Dimension's own identity is required; the others scope
 	// the reset as they scope a request's keys: the windows of user u in
-	// tenant t are not those of user u without a tenant, and an ip's
-	// windows seen with a user are counted apart from the ip's anonymous
-	// ones.
+	// tenant t are not those of user u without a tenant. An ip's windows
+	// count per ip whoever sends (docs/adr/013): an ip reset forgets them
+	// whatever identity it names beside the ip.
 	ClientIP             netip.Addr
 	User, Tenant, APIKey string
 	// Profiles limits the reset to these profiles ("facade" names the
@@ -109,7 +123,7 @@ func (l *Limiter) Reset(ctx context.Context, req ResetRequest) (int, error) {
 // for each, and on the fallback.
 func (l *Limiter) resetAll(ctx context.Context, keys []string) error {
 	if l.BreakerOpen() {
-		return fmt.Errorf("%w: %w", domain.ErrStoreUnavailable, ErrBreakerOpen)
+		return errBreakerOpen
 	}
 	var errs []error
 	for _, k := range keys {
@@ -195,7 +209,7 @@ func profileResetKeys(p *profile, id identity, dims []domain.Dimension) []string
 		}
 	}
 	var ev evaluation
-	ev.addProfileKeys(only, id, 1)
+	ev.addProfileKeys(only, id, 1, true)
 	keys := make([]string, 0, ev.n+1)
 	for _, lim := range ev.limits[:ev.n] {
 		keys = append(keys, lim.Key)

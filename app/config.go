@@ -54,6 +54,12 @@ const (
 	// DefaultFacadePeriod is the period of the façade's default window on
 	// each layer.
 	DefaultFacadePeriod = time.Minute
+	// DefaultReservationTTL is the lease TTL of a reservation without a
+	// concurrency window (see Config.ReservationTTL).
+	DefaultReservationTTL = time.Minute
+	// DefaultSplitLeaseTTL is the lease TTL of the reservations that
+	// decide a request across partitions (see Config.SplitLeaseTTL).
+	DefaultSplitLeaseTTL = 5 * time.Second
 )
 
 // MaxConfigBytes bounds a configuration document: parsing stays linear in
@@ -173,6 +179,18 @@ type Config struct {
 	// remembers, so that a hot identifier is not hashed on every request
 	// (default 4096; -1 turns the cache off).
 	PseudonymCacheSize int `yaml:"pseudonym_cache_size" validate:"min=-1,max=16777216"`
+	// ReservationTTL is the lease TTL of a reservation (Limiter.Reserve)
+	// whose request holds no concurrency window (default 1 min): how long
+	// an unsettled reservation waits for its Settle before it counts at
+	// its reserved cost. With concurrency windows the lease TTL is the
+	// smallest of their periods (docs/adr/012).
+	ReservationTTL time.Duration `yaml:"reservation_ttl" validate:"min=1ms,max=24h"`
+	// SplitLeaseTTL is the lease TTL of the reservations that decide an
+	// Evaluate, EvaluateWindows or Wait whose keys span partitions of the
+	// store (a Redis Cluster's slots, docs/adr/013; default 5 s): an
+	// admitted side whose release was lost (a crash between the two
+	// answers) counts at most this long beyond a refusal.
+	SplitLeaseTTL time.Duration `yaml:"split_lease_ttl" validate:"min=1ms,max=1h"`
 }
 
 // DegradedConfig is the degraded matrix: "bypass", "deny" or "local" per
@@ -200,6 +218,24 @@ type ProfileConfig struct {
 	Cost int64 `yaml:"cost" validate:"min=0,windowlimit"`
 	// Windows are the windows per dimension.
 	Windows WindowsConfig `yaml:"windows"`
+	// Settle, when set, makes the profile decide through reservations
+	// (Limiter.Reserve): the entry point settles each request once served,
+	// by these rules (Reservation.Finish, docs/adr/012).
+	Settle *SettleConfig `yaml:"settle"`
+}
+
+// SettleConfig is how an entry point settles a profile's reservations
+// once the request is served (Reservation.Finish).
+type SettleConfig struct {
+	// RefundFailures refunds the whole cost of a request that failed on
+	// the server's side (an HTTP 5xx, a gRPC code that is the server's
+	// fault): a failure then consumes nothing.
+	RefundFailures bool `yaml:"refund_failures"`
+	// CostHeader names the response header (or trailer; gRPC trailer
+	// metadata, lower-cased) in which the handler reports the request's
+	// real cost, which is then charged instead of the cost reserved: an
+	// HTTP field name, 1 to 64 token characters.
+	CostHeader string `yaml:"cost_header" validate:"omitempty,headername"`
 }
 
 // WindowsConfig lists a profile's windows per dimension. A dimension
@@ -225,7 +261,12 @@ type WindowConfig struct {
 	// Period is the window's length, e.g. "1s", "1m": domain.MinPeriod to
 	// domain.MaxPeriod.
 	Period time.Duration `yaml:"period" validate:"required,windowperiod"`
-	// Algorithm is "sliding_log" (the default) or "gcra".
+	// Algorithm is "sliding_log" (the default), "gcra" or "concurrency".
+	// A concurrency window bounds the requests in flight: Limit of them
+	// at once, each holding a slot from its decision until it is settled,
+	// or until its lease expires (Period is the lease TTL, at most
+	// domain.MaxLeaseTTL; Limit at most domain.MaxConcurrencyLimit). Only
+	// Limiter.Reserve holds one; Evaluate skips it (docs/adr/012).
 	Algorithm domain.Algorithm `yaml:"algorithm"`
 }
 
@@ -348,6 +389,8 @@ func (c Config) WithDefaults() Config {
 	c.RefusalCacheSize = cmp.Or(c.RefusalCacheSize, DefaultRefusalCacheSize)
 	c.RefusalCacheTTL = cmp.Or(c.RefusalCacheTTL, DefaultRefusalCacheTTL)
 	c.PseudonymCacheSize = cmp.Or(c.PseudonymCacheSize, DefaultPseudonymCacheSize)
+	c.ReservationTTL = cmp.Or(c.ReservationTTL, DefaultReservationTTL)
+	c.SplitLeaseTTL = cmp.Or(c.SplitLeaseTTL, DefaultSplitLeaseTTL)
 	if c.InstanceID == "" {
 		c.InstanceID = "sluice"
 		if h, err := os.Hostname(); err == nil && h != "" && len(h) <= 128 {
@@ -384,6 +427,8 @@ func (f FacadeConfig) withDefaults() FacadeConfig {
 var (
 	routeKeyRE   = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 	windowNameRE = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
+	// headerNameRE is an HTTP field name (RFC 9110 token), bounded.
+	headerNameRE = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
 	validate     = newValidator()
 )
 
@@ -395,6 +440,7 @@ func newValidator() *validator.Validate {
 	rules := map[string]validator.Func{
 		"routekey":   func(fl validator.FieldLevel) bool { return routeKeyRE.MatchString(fl.Field().String()) },
 		"windowname": func(fl validator.FieldLevel) bool { return windowNameRE.MatchString(fl.Field().String()) },
+		"headername": func(fl validator.FieldLevel) bool { return headerNameRE.MatchString(fl.Field().String()) },
 		"windowlimit": func(fl validator.FieldLevel) bool {
 			n := fl.Field().Int()
 			return n <= domain.MaxLimit && (n >= 1 || fl.StructFieldName() == "Cost")
@@ -548,6 +594,8 @@ func reason(fe validator.FieldError) string {
 		return "must be 1 to 64 of [a-z0-9_-]"
 	case "windowname":
 		return "must be 1 to 32 of [a-z0-9_-]"
+	case "headername":
+		return "must be an HTTP field name: 1 to 64 token characters"
 	case "windowlimit":
 		return fmt.Sprintf("must be between 1 and %d", domain.MaxLimit)
 	case "windowperiod":

@@ -57,12 +57,21 @@ type CountedWindow struct {
 	Window domain.Window
 	// Cost is the units consumed, 1 to Window.Limit.
 	Cost int64
+	// Scope, when not "", scopes this window's key in place of the
+	// request's Scope (same bounds): windows of one request may then live
+	// under different hash tags, and on a partitioned store (a Redis
+	// Cluster) the request is decided across partitions, all or nothing
+	// (docs/adr/013).
+	Scope string
 }
 
 // EvaluateWindows decides req's windows all or nothing: if one refuses,
 // nothing is consumed on any. Every key is rl:{tag}:descriptor:<subject
 // pseudonym>:<route key>:<window>, the tag being the pseudonym of
-// (RouteKey, Scope). The Decision lists the windows in request order
+// (RouteKey, Scope), the window's own Scope when it has one. Windows
+// whose tags fall in different partitions of the store are decided
+// through one reservation per partition, released everywhere when one
+// refuses (docs/adr/013): still all or nothing. The Decision lists the windows in request order
 // (Decision.Windows), so a caller reads each window's own remaining and
 // reset. A request the store could never admit (a bad window, a cost above
 // its limit, a subject out of bounds) is RejectedInvalidContext with cause
@@ -104,11 +113,17 @@ func (l *Limiter) prepareWindows(ev *evaluation, req *WindowsRequest) error {
 		switch {
 		case cw.Subject == "" || len(cw.Subject) > MaxSubjectLen || !utf8.ValidString(cw.Subject):
 			return &domain.ContextError{Cause: domain.CauseDimensionInvalid, Detail: "subject out of bounds"}
+		case len(cw.Scope) > MaxSubjectLen || !utf8.ValidString(cw.Scope):
+			return &domain.ContextError{Cause: domain.CauseDimensionInvalid, Detail: "window scope out of bounds"}
 		case !windowNameRE.MatchString(cw.Window.Name):
 			return &domain.ContextError{Cause: domain.CauseInvalidLimit, Detail: "window name outside [a-z0-9_-]{1,32}"}
 		}
+		wtag := tag
+		if cw.Scope != "" {
+			wtag = l.pseudonym(domain.DimensionDescriptor, req.RouteKey+"\x00"+cw.Scope)
+		}
 		key := domain.KeyParts{
-			Tag: tag, Dimension: domain.DimensionDescriptor, ID: l.pseudonym(domain.DimensionDescriptor, cw.Subject),
+			Tag: wtag, Dimension: domain.DimensionDescriptor, ID: l.pseudonym(domain.DimensionDescriptor, cw.Subject),
 			RouteKey: req.RouteKey, Window: cw.Window.Name,
 		}.Key()
 		ev.add(domain.Limit{Key: key, Window: cw.Window, Cost: cw.Cost}, domain.DimensionDescriptor)

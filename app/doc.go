@@ -23,6 +23,15 @@
 // (adapters/grpcmw) do the extraction and the answers; adapters/otel is
 // the production Recorder.
 //
+// # Reservations
+//
+// A route whose cost is known only once served, or that bounds requests
+// in flight (a concurrency window), decides through Limiter.Reserve: the
+// decision of Evaluate plus a lease, held in a Reservation until the
+// entry point settles it (Finish, Settle) or its lease expires
+// (docs/adr/012). Limiter.Reserving tells such routes apart; Evaluate
+// leaves concurrency windows out.
+//
 // # What a Decision says
 //
 // State is terminal (Allowed, Throttled, BypassDegraded, DeniedDegraded,
@@ -38,8 +47,10 @@
 // The pipeline, the degraded matrix, the health machine and the
 // invariants (no allow list, no hot reload, uniform invalid-context
 // answers, fail-closed observability) are in docs/adr/005; hash tags and
-// what each dimension counts per in docs/adr/004; plans in docs/adr/006;
-// the façades in docs/adr/002.
+// what each dimension counts per in docs/adr/004 and docs/adr/013 (an ip
+// window counts per ip, and a decision whose keys span cluster slots
+// stays all or nothing through reservations); plans in docs/adr/006; the
+// façades in docs/adr/002.
 //
 // No raw identifier leaves the Limiter in a store key or a recorded label:
 // identities are normalised and pseudonymised (HMAC-SHA256 under the

@@ -102,6 +102,10 @@ func facadeWindows(path string, cs []FacadeWindowConfig) ([]facadeWindow, error)
 		if err := windowError(fmt.Sprintf("%s[%d]", path, i), probe.Validate()); err != nil {
 			return nil, err
 		}
+		if c.Algorithm == domain.Concurrency {
+			// The façades evaluate; only a reservation holds a slot.
+			return nil, &domain.ConfigError{Field: fmt.Sprintf("%s[%d].algorithm", path, i), Reason: "a façade window cannot be a concurrency window: the façades evaluate, only Limiter.Reserve holds slots"}
+		}
 		out = append(out, fw)
 	}
 	return out, nil

@@ -57,11 +57,12 @@ func TestAddProfileKeysSetsKeys(t *testing.T) {
 		{Dimension: domain.DimensionTenant, Windows: []domain.Window{w}},
 	}}}
 	var ev evaluation
-	ev.addProfileKeys(p, identity{ip: "ip1", user: "u1"}, 1)
+	ev.addProfileKeys(p, identity{ip: "ip1", user: "u1"}, 1, false)
 	assert.Equal(t, 3, ev.n, "no tenant: its window is left out")
 	var all string
 	for i := range ev.n {
-		assert.Equal(t, ev.limits[i].Key, domain.KeyParts{Tag: "u1", Dimension: ev.dims[i], ID: map[domain.Dimension]string{
+		tag := map[domain.Dimension]string{domain.DimensionIP: "ip1", domain.DimensionUser: "u1"}[ev.dims[i]]
+		assert.Equal(t, ev.limits[i].Key, domain.KeyParts{Tag: tag, Dimension: ev.dims[i], ID: map[domain.Dimension]string{
 			domain.DimensionIP: "ip1", domain.DimensionUser: "u1"}[ev.dims[i]], RouteKey: "items", Window: ev.limits[i].Window.Name}.Key())
 		all += ev.limits[i].Key
 	}
@@ -83,7 +84,7 @@ func BenchmarkFingerprint(b *testing.B) {
 	p.Dimensions = append(p.Dimensions, domain.DimensionWindows{Dimension: domain.DimensionTenantGlobal, Windows: []domain.Window{w}})
 	pseudo := func(c byte) string { return string(bytes.Repeat([]byte{c}, domain.PseudonymLen)) }
 	var ev evaluation
-	ev.addProfileKeys(p, identity{ip: pseudo('a'), user: pseudo('b'), apiKey: pseudo('c'), tenant: pseudo('d')}, 1)
+	ev.addProfileKeys(p, identity{ip: pseudo('a'), user: pseudo('b'), apiKey: pseudo('c'), tenant: pseudo('d')}, 1, false)
 	if ev.n != 9 {
 		b.Fatalf("%d keys", ev.n)
 	}

@@ -157,6 +157,33 @@ func (f *faultyStore) Probe(ctx context.Context) error {
 	return nil
 }
 
+// faultyReserver and faultyPartitioned pass a wrapped store's
+// reservations and partitions through (not its faults: those the tests
+// inject on Evaluate and Peek).
+type faultyReserver struct {
+	*faultyStore
+	ports.Reserver
+}
+
+type faultyPartitioned struct {
+	*faultyStore
+	ports.Reserver
+	ports.Partitioned
+}
+
+// withCapabilities is f with the optional capabilities of the store it
+// wraps: the Limiter finds them by type assertion.
+func (f *faultyStore) withCapabilities() ports.Store {
+	rs, ok := f.Store.(ports.Reserver)
+	if !ok {
+		return f
+	}
+	if p, ok := f.Store.(ports.Partitioned); ok {
+		return faultyPartitioned{f, rs, p}
+	}
+	return faultyReserver{f, rs}
+}
+
 func (f *faultyStore) seen() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -199,7 +226,7 @@ func newRigProber(t *testing.T, cfg app.Config, primary *faultyStore, prober por
 		ticks: make(chan struct{}, 64),
 	}
 	l, err := app.NewWithTickHook(cfg, app.Deps{
-		Store:    primary,
+		Store:    primary.withCapabilities(),
 		Fallback: fallback,
 		Clock:    r.clock,
 		Prober:   prober,

@@ -50,11 +50,10 @@ func (l *Limiter) pseudonym(d domain.Dimension, normalised string) string {
 	return l.names.get(d, normalised)
 }
 
-// tag is the Redis Cluster hash tag every key of the request shares
-// (docs/adr/004): the tenant, else the most specific principal (user, else
-// api key, else ip). A user's and an api key's windows then count the same
-// whatever ip the requests come from, and an anonymous request's ip
-// windows count per ip.
+// tag is the Redis Cluster hash tag of the request's keys (docs/adr/004),
+// but for its ip windows (tagOf): the tenant, else the most specific
+// principal (user, else api key, else ip). A user's and an api key's
+// windows then count the same whatever ip the requests come from.
 func (id identity) tag() string {
 	for _, t := range [...]string{id.tenant, id.user, id.apiKey} {
 		if t != "" {
@@ -62,6 +61,16 @@ func (id identity) tag() string {
 		}
 	}
 	return id.ip
+}
+
+// tagOf is the hash tag of dimension d's keys: an ip window is tagged by
+// the ip itself, so that it counts per ip across every user, api key and
+// tenant (docs/adr/013); every other window by tag.
+func (id identity) tagOf(d domain.Dimension) string {
+	if d == domain.DimensionIP {
+		return id.ip
+	}
+	return id.tag()
 }
 
 // of returns the pseudonym counted for a dimension, "" when absent.
@@ -92,15 +101,20 @@ func (id identity) client() (domain.Dimension, string) {
 }
 
 // addProfileKeys adds the limits of p's windows for the identities the
-// request carries. The keys are appended to one buffer of their exact
-// length and cut from it, so that a decision allocates once for all of
-// them and copies each key once.
-func (ev *evaluation) addProfileKeys(p *profile, id identity, cost int64) {
-	tag, total := id.tag(), 0
+// request carries: its rate windows at cost, and, when held (a
+// reservation, or a reset), its concurrency windows at one slot each;
+// Evaluate leaves them out (docs/adr/012). The keys are appended to one
+// buffer of their exact length and cut from it, so that a decision
+// allocates once for all of them and copies each key once.
+func (ev *evaluation) addProfileKeys(p *profile, id identity, cost int64, held bool) {
+	counted := func(w domain.Window) bool { return held || w.Algorithm != domain.Concurrency }
+	total := 0
 	for _, dw := range p.Dimensions {
 		if pid := id.of(dw.Dimension); pid != "" {
 			for _, w := range dw.Windows {
-				total += profileKey(tag, dw.Dimension, pid, p.Name, w.Name).Len()
+				if counted(w) {
+					total += profileKey(id.tagOf(dw.Dimension), dw.Dimension, pid, p.Name, w.Name).Len()
+				}
 			}
 		}
 	}
@@ -113,9 +127,11 @@ func (ev *evaluation) addProfileKeys(p *profile, id identity, cost int64) {
 	for _, dw := range p.Dimensions {
 		if pid := id.of(dw.Dimension); pid != "" {
 			for _, w := range dw.Windows {
-				buf = profileKey(tag, dw.Dimension, pid, p.Name, w.Name).AppendKey(buf)
-				ends[n] = len(buf)
-				n++
+				if counted(w) {
+					buf = profileKey(id.tagOf(dw.Dimension), dw.Dimension, pid, p.Name, w.Name).AppendKey(buf)
+					ends[n] = len(buf)
+					n++
+				}
 			}
 		}
 	}
@@ -127,7 +143,14 @@ func (ev *evaluation) addProfileKeys(p *profile, id identity, cost int64) {
 			continue // the request lacks this identity
 		}
 		for _, w := range dw.Windows {
-			ev.add(domain.Limit{Key: all[start:ends[i]], Window: w, Cost: cost}, dw.Dimension)
+			if !counted(w) {
+				continue
+			}
+			c := cost
+			if w.Algorithm == domain.Concurrency {
+				c = 1 // a request holds one slot, whatever its cost
+			}
+			ev.add(domain.Limit{Key: all[start:ends[i]], Window: w, Cost: c}, dw.Dimension)
 			start, i = ends[i], i+1
 		}
 	}

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,8 +83,15 @@ type Limiter struct {
 	tenantPlans, keyPlans map[string]*plan
 
 	store, fallback ports.Store
-	clock           ports.Clock
-	systemClock     bool // clock is ports.SystemClock: its instants are wall instants
+	// reserver and partitioned are the primary store's optional
+	// capabilities (nil without): reservations (docs/adr/012) and calls
+	// that reach one partition each (docs/adr/013). fallbackReserver is
+	// the fallback's, for the degraded local action of a reservation.
+	reserver         ports.Reserver
+	partitioned      ports.Partitioned
+	fallbackReserver ports.Reserver
+	clock            ports.Clock
+	systemClock      bool // clock is ports.SystemClock: its instants are wall instants
 	// storeWaits is set once the primary store has waited on a call's
 	// deadline (callStore).
 	storeWaits atomic.Bool
@@ -168,6 +176,12 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 		tickerChanged: make(chan struct{}, 1),
 	}
 	l.tracer, _ = deps.Recorder.(ports.DecisionTracer)
+	l.reserver, _ = deps.Store.(ports.Reserver)
+	l.partitioned, _ = deps.Store.(ports.Partitioned)
+	l.fallbackReserver, _ = deps.Fallback.(ports.Reserver)
+	if err := profiles.needReserver(l.reserver != nil); err != nil {
+		return nil, err
+	}
 	l.coalesce = newCoalescer(l, deps.Store)
 	l.tenantPlans, l.keyPlans = l.assignPlans()
 	if l.clock == nil {
@@ -273,7 +287,27 @@ type evaluation struct {
 	// exactLayers is set when the caller reads every layer's remaining
 	// (the ADR-002 dual façade): the refusal cache cannot repeat those.
 	exactLayers bool
+	// mode says what the decision does at the store: evaluate, reserve
+	// (Limiter.Reserve) or peek. A reservation holds its concurrency
+	// windows and its lease lasts ttl; lease is what the store gave it,
+	// held the Reservation once the decision passed, and prof and cost
+	// the profile and cost it was decided with.
+	mode  decisionMode
+	ttl   time.Duration
+	lease domain.Lease
+	held  *Reservation
+	prof  *profile
+	cost  int64
 }
+
+// decisionMode is what a decision asks of the store.
+type decisionMode uint8
+
+const (
+	modeEvaluate decisionMode = iota
+	modeReserve
+	modePeek
+)
 
 // evaluations recycles evaluations: their limits go to a store through an
 // interface, which makes them escape, and at a few kilobytes each a fresh
@@ -338,7 +372,14 @@ func (ev *evaluation) reject(err error) {
 // Config.StoreTimeout when the breaker is closed, in one call with the
 // concurrent decisions on the same key set when the store implements
 // ports.Repeater (docs/adr/007); otherwise, or when the call fails, apply
-// the degraded matrix (Decision.Degraded); record the decision.
+// the degraded matrix (Decision.Degraded); record the decision. A request
+// whose keys span partitions of the store (ports.Partitioned: ip windows
+// on a Redis Cluster, docs/adr/013) is decided all or nothing through one
+// short reservation per partition, released everywhere when one refuses.
+//
+// Evaluate leaves out the profile's concurrency windows: only Reserve
+// holds them (docs/adr/012). A profile with concurrency windows only
+// counts nothing here (Cause no_window, below).
 //
 // The returned Decision is always complete and terminal. The error is
 // non-nil only when recording failed (the decision or a health transition
@@ -413,7 +454,9 @@ func (l *Limiter) prepare(ev *evaluation, req Request) error {
 	ev.tenantID = id.tenant
 	ev.action, ev.capWindow, ev.routeKey = p.action, p.capWindow, p.Name
 	ev.capDim, ev.capID = id.client()
-	ev.addProfileKeys(p, id, cost)
+	ev.prof, ev.cost = p, cost
+	ev.ttl = cmp.Or(p.leaseTTL, l.cfg.ReservationTTL)
+	ev.addProfileKeys(p, id, cost, ev.mode != modeEvaluate)
 	return nil
 }
 
@@ -438,6 +481,12 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 		ev.d.State, ev.d.Cause, ev.d.Remaining = domain.Allowed, domain.CauseNoWindow, -1
 		return
 	}
+	if parts := l.partitions(ev); parts.n > 1 {
+		// Neither coalesced nor repeated from the refusal cache: each
+		// side is a reservation of its own (docs/adr/013).
+		l.runSplit(ctx, ev, &parts)
+		return
+	}
 	if l.refusals.repeat(ev) {
 		return
 	}
@@ -455,13 +504,35 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 		// (docs/adr/007, docs/adr/008).
 		ev.transErr = l.storeOutcome(ctx, node, ev.callStart, err)
 	}
-	if err == nil {
-		l.fromResult(ev, &res, domain.SourcePrimary)
-		if !res.Allowed {
-			l.refusals.remember(ev, &res, gen)
-		}
+	if err != nil {
+		l.failed(ctx, ev, err)
 		return
 	}
+	l.fromResult(ev, &res, domain.SourcePrimary)
+	switch {
+	case !res.Allowed && !heldRefused(ev, &res):
+		l.refusals.remember(ev, &res, gen)
+	case res.Allowed && ev.mode == modeReserve:
+		ev.held = l.newReservation(ev, l.reserver, true, []heldPart{ev.part(ev.lease, node, nil)})
+	}
+}
+
+// heldRefused reports whether a concurrency window refused res: its slots
+// come back when a holder settles, not with time, so the refusal cache
+// must not repeat that refusal.
+func heldRefused(ev *evaluation, res *domain.Result) bool {
+	for i, st := range res.Statuses() {
+		if !st.Allowed && ev.limits[i].Window.Algorithm == domain.Concurrency {
+			return true
+		}
+	}
+	return false
+}
+
+// failed decides ev after its store call failed with err: a request the
+// store refused by shape is RejectedInvalidContext, any other failure
+// goes to the degraded matrix.
+func (l *Limiter) failed(ctx context.Context, ev *evaluation, err error) {
 	var le *domain.LimitError
 	if errors.As(err, &le) || errors.Is(err, domain.ErrCrossSlot) {
 		// The store refused the request's shape: a defect, not an outage, so
@@ -485,6 +556,11 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 // concurrent decisions on its key set when the store can decide repeated
 // requests (docs/adr/007), else in a call of its own.
 func (l *Limiter) evaluateStore(ctx context.Context, ev *evaluation) (domain.Result, error) {
+	if ev.mode == modeReserve {
+		// Never coalesced: each reservation has its own lease.
+		res, _, err := l.callStore(ctx, ev, ports.OpReserve)
+		return res, err
+	}
 	if l.coalesce != nil {
 		return l.coalesce.evaluate(ctx, ev)
 	}
@@ -506,7 +582,7 @@ func (l *Limiter) callStore(ctx context.Context, ev *evaluation, op ports.StoreO
 		// A store that waits on the deadline (Redis) arms any context: the
 		// standard one costs it less than storeContext armed.
 		sctx, cancel := context.WithDeadline(ctx, deadline)
-		res, err = l.storeCall(sctx, op, ev.now, limits)
+		res, err = l.storeCall(sctx, op, ev, limits)
 		end = l.clock.Now()
 		cancel()
 	} else {
@@ -514,7 +590,7 @@ func (l *Limiter) callStore(ctx context.Context, ev *evaluation, op ports.StoreO
 		// (deadline.go); if it does, the next calls take the standard
 		// context.
 		sctx := newStoreContext(ctx, deadline)
-		res, err = l.storeCall(sctx, op, ev.now, limits)
+		res, err = l.storeCall(sctx, op, ev, limits)
 		end = l.clock.Now()
 		sctx.stop(l.wall(end))
 		if sctx.armed.Load() {
@@ -528,12 +604,18 @@ func (l *Limiter) callStore(ctx context.Context, ev *evaluation, op ports.StoreO
 	return res, start, err
 }
 
-// storeCall is one call of the primary store.
-func (l *Limiter) storeCall(ctx context.Context, op ports.StoreOp, now time.Time, limits []domain.Limit) (domain.Result, error) {
-	if op == ports.OpPeek {
-		return l.store.Peek(ctx, now, limits)
+// storeCall is one call of the primary store; a reservation keeps its
+// lease in ev.
+func (l *Limiter) storeCall(ctx context.Context, op ports.StoreOp, ev *evaluation, limits []domain.Limit) (domain.Result, error) {
+	switch op {
+	case ports.OpPeek:
+		return l.store.Peek(ctx, ev.now, limits)
+	case ports.OpReserve:
+		res, lease, err := l.reserver.Reserve(ctx, ev.now, limits, ev.ttl)
+		ev.lease = lease
+		return res, err
 	}
-	return l.store.Evaluate(ctx, now, limits)
+	return l.store.Evaluate(ctx, ev.now, limits)
 }
 
 // wall returns t, an instant the Limiter's clock just read, when that
@@ -606,7 +688,7 @@ func (l *Limiter) degraded(ctx context.Context, ev *evaluation, cause domain.Cau
 	case domain.ActionBypass:
 		l.bypass(ctx, ev, cause)
 	case domain.ActionLocal:
-		res, err := l.fallback.Evaluate(ctx, ev.now, ev.limits[:ev.n])
+		res, err := l.localFallback(ctx, ev)
 		if err != nil {
 			ev.err = errors.Join(storeErr, err)
 			ev.deny(cause, 0)
@@ -619,6 +701,22 @@ func (l *Limiter) degraded(ctx context.Context, ev *evaluation, cause domain.Cau
 	}
 	ev.d.Degraded = true
 	ev.d.SystemState = l.SystemState()
+}
+
+// localFallback decides ev on the fallback store: a reservation reserves
+// there (its Reservation settles there), anything else evaluates.
+func (l *Limiter) localFallback(ctx context.Context, ev *evaluation) (domain.Result, error) {
+	if ev.mode != modeReserve {
+		return l.fallback.Evaluate(ctx, ev.now, ev.limits[:ev.n])
+	}
+	if l.fallbackReserver == nil {
+		return domain.Result{}, errNoFallbackReserver
+	}
+	res, lease, err := l.fallbackReserver.Reserve(ctx, ev.now, ev.limits[:ev.n], ev.ttl)
+	if err == nil && res.Allowed {
+		ev.held = l.newReservation(ev, l.fallbackReserver, false, []heldPart{ev.part(lease, "", nil)})
+	}
+	return res, err
 }
 
 // bypass lets the request through under the per-instance cap, counted on

@@ -23,10 +23,15 @@ func TestEvaluateBuildsNineKeysUnderTheTenantTag(t *testing.T) {
 	keys := r.store.seen()
 	require.Len(t, keys, 9, "4 dimensions × 2 windows + the tenant-global window")
 	assertNoRawIdentifier(t, keys)
-	tag := hashTag(keys[0])
+	tag := r.rec.last().TenantID
 	assert.Len(t, tag, domain.PseudonymLen)
 	for _, k := range keys {
-		assert.Equal(t, tag, hashTag(k), "every key shares the tenant's hash tag")
+		if dimOf(k) == domain.DimensionIP {
+			// An ip window counts per ip (docs/adr/013).
+			assert.Equal(t, idOf(k), hashTag(k), "an ip key carries the ip's tag")
+			continue
+		}
+		assert.Equal(t, tag, hashTag(k), "every other key shares the tenant's hash tag")
 	}
 	assert.Equal(t, tag, r.rec.last().TenantID, "the tag is the tenant pseudonym the recorder sees")
 	global := 0

@@ -4,8 +4,11 @@ import (
 	"encoding"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/domain"
 )
@@ -28,6 +31,14 @@ type profile struct {
 	// plan names the plan this variant belongs to, "" for the profile's
 	// own limits.
 	plan string
+	// settle is the profile's settle rules (zero without); reserving is
+	// set when the profile decides through reservations: it has settle
+	// rules or a concurrency window (docs/adr/012).
+	settle    SettleConfig
+	reserving bool
+	// leaseTTL is the smallest period of its concurrency windows, 0
+	// without one: the lease TTL of its reservations.
+	leaseTTL time.Duration
 }
 
 // profileSet resolves route templates to profiles.
@@ -79,6 +90,9 @@ func buildProfile(pc ProfileConfig, matrix domain.DegradedMatrix, globals global
 	}
 	p := &profile{action: matrix.Action(pc.Family)}
 	p.Name, p.Family, p.Cost = pc.Name, pc.Family, max(pc.Cost, 1)
+	if pc.Settle != nil {
+		p.settle, p.reserving = *pc.Settle, true
+	}
 	for _, dw := range dimensionWindows(pc.Windows) {
 		if len(dw.windows) == 0 {
 			continue
@@ -105,14 +119,23 @@ func buildProfile(pc ProfileConfig, matrix domain.DegradedMatrix, globals global
 	return p, nil
 }
 
-// finish checks the windows as a whole and derives minLimit and the
-// degraded cap.
+// finish checks the windows as a whole and derives minLimit, the lease
+// TTL and the degraded cap. A concurrency window takes one slot per
+// request whatever its cost, so the cost is checked against the rate
+// windows only.
 func (p *profile) finish(path string) error {
 	total := 0
-	p.minLimit = 0
+	p.minLimit, p.leaseTTL = 0, 0
 	for _, d := range p.Dimensions {
 		for i, w := range d.Windows {
 			total++
+			if w.Algorithm == domain.Concurrency {
+				p.reserving = true
+				if p.leaseTTL == 0 || w.Period < p.leaseTTL {
+					p.leaseTTL = w.Period
+				}
+				continue
+			}
 			if p.minLimit == 0 || w.Limit < p.minLimit {
 				p.minLimit = w.Limit
 			}
@@ -126,6 +149,9 @@ func (p *profile) finish(path string) error {
 		return &domain.ConfigError{Field: path + ".windows", Reason: "needs at least one window"}
 	case total > domain.MaxLimits:
 		return &domain.ConfigError{Field: path + ".windows", Reason: fmt.Sprintf("%d windows, at most %d", total, domain.MaxLimits)}
+	case p.minLimit == 0:
+		// Concurrency windows only: the cost bounds nothing they count.
+		p.minLimit = domain.MaxLimit
 	}
 	p.capWindow = capWindow(p.BurstLimit())
 	return nil
@@ -172,6 +198,20 @@ func (g globalWindows) check(w domain.Window, profile, path string) error {
 		w       domain.Window
 		profile string
 	}{w, profile}
+	return nil
+}
+
+// needReserver refuses, at boot, profiles that decide through
+// reservations on a primary store that cannot reserve (docs/adr/012).
+func (s *profileSet) needReserver(canReserve bool) error {
+	if canReserve {
+		return nil
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.byName)) {
+		if s.byName[name].reserving {
+			return &domain.ConfigError{Field: "profiles[" + name + "]", Reason: "has a concurrency window or settle rules, which need a primary store that reserves (ports.Reserver)"}
+		}
+	}
 	return nil
 }
 

@@ -63,8 +63,10 @@ func cases() []testCase {
 		{name: "TwoStoresShareTheirCounts", shared: true, run: twoStoresShareTheirCounts},
 	}
 	// Changes of a key's window, and instants out of order (changes.go);
-	// the optional ports.Repeater (repeated.go).
+	// the optional ports.Reserver (reservations.go) and ports.Repeater
+	// (repeated.go).
 	list = append(list, changeCases()...)
+	list = append(list, reservationCases()...)
 	return append(list, testCase{name: "RepeatedRequestsAnswerAsSequentialOnes", run: repeatedRequestsAnswerAsSequentialOnes})
 }
 

@@ -39,6 +39,24 @@ func (s ownClock) Peek(ctx context.Context, _ time.Time, limits []domain.Limit) 
 	return s.Store.Peek(ctx, time.Now(), limits)
 }
 
+func (s ownClock) Reserve(ctx context.Context, _ time.Time, limits []domain.Limit, ttl time.Duration) (domain.Result, domain.Lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.Store.(ports.Reserver).Reserve(ctx, time.Now(), limits, ttl)
+}
+
+func (s ownClock) Settle(ctx context.Context, _ time.Time, lease domain.Lease, limits []domain.Limit, actual int64) (domain.Settlement, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.Store.(ports.Reserver).Settle(ctx, time.Now(), lease, limits, actual)
+}
+
+func (s ownClock) Renew(ctx context.Context, _ time.Time, lease domain.Lease, limits []domain.Limit, ttl time.Duration) (domain.Lease, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.Store.(ports.Reserver).Renew(ctx, time.Now(), lease, limits, ttl)
+}
+
 // instance is one store of a fleet on a shared state, as two Redis stores
 // on one server are: Close ends the instance, not the state (unless
 // closesState, a bug).
@@ -67,6 +85,27 @@ func (s *instance) Reset(ctx context.Context, key string) error {
 		return domain.ErrStoreClosed
 	}
 	return s.state.Reset(ctx, key)
+}
+
+func (s *instance) Reserve(ctx context.Context, now time.Time, limits []domain.Limit, ttl time.Duration) (domain.Result, domain.Lease, error) {
+	if s.closed.Load() {
+		return domain.Result{}, domain.Lease{}, domain.ErrStoreClosed
+	}
+	return s.state.(ports.Reserver).Reserve(ctx, now, limits, ttl)
+}
+
+func (s *instance) Settle(ctx context.Context, now time.Time, lease domain.Lease, limits []domain.Limit, actual int64) (domain.Settlement, error) {
+	if s.closed.Load() {
+		return 0, domain.ErrStoreClosed
+	}
+	return s.state.(ports.Reserver).Settle(ctx, now, lease, limits, actual)
+}
+
+func (s *instance) Renew(ctx context.Context, now time.Time, lease domain.Lease, limits []domain.Limit, ttl time.Duration) (domain.Lease, error) {
+	if s.closed.Load() {
+		return domain.Lease{}, domain.ErrStoreClosed
+	}
+	return s.state.(ports.Reserver).Renew(ctx, now, lease, limits, ttl)
 }
 
 func (s *instance) Close() error {
@@ -186,8 +225,8 @@ func TestSharedStoresShareTheirCounts(t *testing.T) {
 		newStore, opened := counting(fleet(false))
 		failed := Check(Features{Shared: true}, newStore)
 		assert.Empty(t, failed, "failures:\n%s", failed)
-		// One store per case, and a second one for the Shared case.
-		assert.EqualValues(t, len(cases())+1, opened.Load(), "stores opened")
+		// One store per case, and a second one for each Shared case.
+		assert.EqualValues(t, len(cases())+2, opened.Load(), "stores opened")
 	})
 	t.Run("OneStateOnItsOwnClock", func(t *testing.T) {
 		t.Parallel()
@@ -198,7 +237,7 @@ func TestSharedStoresShareTheirCounts(t *testing.T) {
 	t.Run("StateOfItsOwn", func(t *testing.T) {
 		t.Parallel()
 		failed := Check(Features{Shared: true}, newReference)
-		require.Equal(t, []string{"TwoStoresShareTheirCounts"}, failed.Cases(), "failures:\n%s", failed)
+		require.Equal(t, []string{"TwoStoresShareTheirCounts", "TwoStoresShareTheirLeases"}, failed.Cases(), "failures:\n%s", failed)
 	})
 	t.Run("CloseEndsTheState", func(t *testing.T) {
 		t.Parallel()

@@ -19,14 +19,20 @@ const ReferenceGrace = time.Minute
 // NewReferenceStore returns a store that is correct by construction: one
 // mutex around a map of the domain's counting states (domain.KeyState,
 // which applies the state rules of docs/adr/009), so every request is
-// checked and committed as one step. It implements ports.Repeater. It is what fstest.MapFS is to
+// checked and committed as one step. It implements ports.Repeater and
+// ports.Reserver (reservations and concurrency windows, docs/adr/012). It
+// is what fstest.MapFS is to
 // fstest.TestFS: the suite's proof that its expectations can be met, and a
 // yardstick for other stores' answers and benchmarks.
 //
 // It is not meant for production: one lock serialises every call and the
 // map never forgets a key until Reset, so memory grows with the keys seen.
 func NewReferenceStore() ports.Store {
-	return &referenceStore{keys: make(map[string]*referenceKey)}
+	return &referenceStore{
+		keys:   make(map[string]*referenceKey),
+		slots:  make(map[string]map[string]heldSlots),
+		leases: make(map[string]*referenceLease),
+	}
 }
 
 // referenceKey is one key's state, whichever algorithm wrote it.
@@ -39,24 +45,61 @@ type referenceStore struct {
 	mu     sync.Mutex
 	closed bool
 	keys   map[string]*referenceKey
+	// slots holds, per concurrency key, the slots each lease holds there;
+	// leases every lease a Reserve made (reservation.go).
+	slots  map[string]map[string]heldSlots
+	leases map[string]*referenceLease
 }
 
 var (
 	_ ports.Store    = (*referenceStore)(nil)
 	_ ports.Repeater = (*referenceStore)(nil)
+	_ ports.Reserver = (*referenceStore)(nil)
 )
 
 // Evaluate implements ports.Store.
 func (s *referenceStore) Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
-	return s.decide(ctx, now, limits, true)
+	return s.evaluate(ctx, now, limits)
 }
 
-// Peek implements ports.Store.
+// Peek implements ports.Store. It accepts concurrency windows
+// (domain.ValidateHeld) and counts their held slots.
 func (s *referenceStore) Peek(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
-	return s.decide(ctx, now, limits, false)
+	if err := ctx.Err(); err != nil {
+		return domain.Result{}, fmt.Errorf("conformance: reference store: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return domain.Result{}, domain.ErrStoreClosed
+	}
+	if err := domain.ValidateHeld(limits); err != nil {
+		return domain.Result{}, err
+	}
+	return s.checkLocked(now.UnixMicro(), limits), nil
 }
 
-func (s *referenceStore) decide(ctx context.Context, now time.Time, limits []domain.Limit, consume bool) (domain.Result, error) {
+// checkLocked checks every limit at at, consuming nothing. Called with
+// s.mu held.
+func (s *referenceStore) checkLocked(at int64, limits []domain.Limit) domain.Result {
+	var st [domain.MaxLimits]domain.LimitStatus
+	for i, l := range limits {
+		if l.Window.Algorithm == domain.Concurrency {
+			st[i] = s.slotsCheck(at, l)
+			continue
+		}
+		k := s.keys[l.Key]
+		if k == nil {
+			// A key never seen has the zero state; a check must not
+			// create it.
+			k = &referenceKey{}
+		}
+		st[i] = k.Check(at, l.Window, l.Cost, grace)
+	}
+	return domain.NewResult(st[:len(limits)])
+}
+
+func (s *referenceStore) evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
 	if err := ctx.Err(); err != nil {
 		return domain.Result{}, fmt.Errorf("conformance: reference store: %w", err)
 	}
@@ -69,30 +112,27 @@ func (s *referenceStore) decide(ctx context.Context, now time.Time, limits []dom
 		return domain.Result{}, err
 	}
 	at := now.UnixMicro()
-	var st [domain.MaxLimits]domain.LimitStatus
-	for i, l := range limits {
-		k := s.keys[l.Key]
-		if k == nil {
-			// A key never seen has the zero state; Peek must not create it.
-			k = &referenceKey{}
-		}
-		st[i] = k.Check(at, l.Window, l.Cost, grace)
-	}
-	r := domain.NewResult(st[:len(limits)])
-	if !consume || !r.Allowed {
+	r := s.checkLocked(at, limits)
+	if !r.Allowed {
 		return r, nil
 	}
 	// Every limit admitted its cost, and the lock is still held: commit
 	// them all.
+	var st [domain.MaxLimits]domain.LimitStatus
 	for i, l := range limits {
-		k := s.keys[l.Key]
-		if k == nil {
-			k = &referenceKey{}
-			s.keys[l.Key] = k
-		}
-		st[i] = k.Committed(at, l.Window, l.Cost, grace, st[i])
+		st[i] = s.rateKey(l.Key).Committed(at, l.Window, l.Cost, grace, r.Status(i))
 	}
 	return domain.NewResult(st[:len(limits)]), nil
+}
+
+// rateKey returns key's counting state, created when it is new.
+func (s *referenceStore) rateKey(key string) *referenceKey {
+	k := s.keys[key]
+	if k == nil {
+		k = &referenceKey{}
+		s.keys[key] = k
+	}
+	return k
 }
 
 // EvaluateRepeated implements ports.Repeater: how many of the n requests
@@ -153,6 +193,7 @@ func (s *referenceStore) Reset(ctx context.Context, key string) error {
 		return domain.ErrStoreClosed
 	}
 	delete(s.keys, key)
+	delete(s.slots, key)
 	return nil
 }
 
@@ -161,6 +202,6 @@ func (s *referenceStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
-	s.keys = nil
+	s.keys, s.slots, s.leases = nil, nil, nil
 	return nil
 }

@@ -7,10 +7,10 @@
 // constant, and the adapter switches to it. Tests pin each script's SHA1 so
 // that an accidental edit fails the build.
 //
-// The Redis store runs RateLimitV3. RateLimitV1 and RateLimitV2 stay
+// The Redis store runs RateLimitV4. RateLimitV1 to RateLimitV3 stay
 // embedded, unchanged, for the record and for tests that check how each
 // version reads the keys the one before left (and, during a rolling
-// upgrade, how the previous one reads what v3 writes).
+// upgrade, how the previous one reads what the next writes).
 package lua
 
 import _ "embed" // for go:embed
@@ -41,7 +41,7 @@ var RateLimitV2 string
 // embedded text.
 const RateLimitV2SHA1 = "982be2a579b642d3de2febeea7008ebca8d1458e"
 
-// RateLimitV3 is rate_limit_v3.lua, the script the Redis store runs: the
+// RateLimitV3 is rate_limit_v3.lua, the script the Redis store ran until v4: the
 // all-or-nothing check of v2 for n identical requests at one instant (the
 // store's ports.Repeater), with a GCRA value that carries the emission
 // interval it was written with, the conversions of a change of limit,
@@ -57,3 +57,19 @@ var RateLimitV3 string
 // RateLimitV3SHA1 is the SHA1 of RateLimitV3. A test checks it against the
 // embedded text.
 const RateLimitV3SHA1 = "eccea6748f15b3bd9b0f6f7438e56509df801fc0"
+
+// RateLimitV4 is rate_limit_v4.lua, the script the Redis store runs: v3's
+// check, unchanged for Evaluate and Peek (it reads and writes every rate
+// key as v3 does, so the two run side by side during a rolling upgrade),
+// and reservations: Reserve (the check, concurrency slots under a lease,
+// the lease record), Settle (refund or charge, the slots given back,
+// idempotent through the record) and Renew. Its header documents the
+// KEYS/ARGV layout, the replies and the encodings; see
+// docs/adr/014-redis-script-v4.md.
+//
+//go:embed rate_limit_v4.lua
+var RateLimitV4 string
+
+// RateLimitV4SHA1 is the SHA1 of RateLimitV4. A test checks it against the
+// embedded text.
+const RateLimitV4SHA1 = "2af53d8249013a03df9343a98d52c8588dc2be8e"

@@ -46,3 +46,16 @@ func TestRateLimitV3IsImmutable(t *testing.T) {
 		t.Fatalf("RateLimitV3SHA1 = %s, pinned %s", RateLimitV3SHA1, pinnedRateLimitV3)
 	}
 }
+
+// pinnedRateLimitV4 is the SHA1 of the released rate_limit_v4.lua.
+const pinnedRateLimitV4 = "2af53d8249013a03df9343a98d52c8588dc2be8e"
+
+func TestRateLimitV4IsImmutable(t *testing.T) {
+	sum := sha1.Sum([]byte(RateLimitV4))
+	if got := hex.EncodeToString(sum[:]); got != pinnedRateLimitV4 {
+		t.Fatalf("rate_limit_v4.lua has SHA1 %s, pinned %s: released scripts are immutable; put changes in rate_limit_v5.lua", got, pinnedRateLimitV4)
+	}
+	if RateLimitV4SHA1 != pinnedRateLimitV4 {
+		t.Fatalf("RateLimitV4SHA1 = %s, pinned %s", RateLimitV4SHA1, pinnedRateLimitV4)
+	}
+}

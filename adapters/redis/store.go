@@ -1,9 +1,13 @@
 // Package redis is the sluice Store on Redis, standalone or Cluster, through
 // github.com/redis/rueidis.
 //
-// Every call is one round trip: the versioned script lua.RateLimitV3
+// Every call is one round trip: the versioned script lua.RateLimitV4
 // checks all the limits of a request and consumes on every key only when
 // every limit admits, atomically, since a script runs alone on its node.
+// The same script holds reservations (ports.Reserver: Reserve, Settle,
+// Renew) and concurrency windows under leases; see reserve.go and
+// docs/adr/014-redis-script-v4.md. v4 reads and writes every rate key as
+// v3 does, so v3 and v4 instances share keys during a rolling upgrade.
 // The same call decides n identical requests at one instant
 // (EvaluateRepeated, ports.Repeater), in O(keys) work whatever n.
 // The script is sent with EVALSHA; when the server does not know it
@@ -28,10 +32,11 @@
 // malformed or out-of-range value written by something else) fails that
 // request with a *domain.StoreValueError and nothing is written.
 //
-// All keys of one call must hash to one Redis Cluster slot (sluice keys
-// share a {hash tag}); a request whose keys do not is refused with
-// domain.ErrCrossSlot before anything is sent, on a standalone server too,
-// so that a key layout that would break on a cluster fails in development.
+// On a cluster, all keys of one call must hash to one slot; a request
+// whose keys do not is refused with domain.ErrCrossSlot before anything is
+// sent. A standalone server takes any keys in one call, as its Partition
+// (ports.Partitioned) says: the Limiter splits a request across slots only
+// on a cluster (docs/adr/013).
 //
 // Time is, by default, the server's clock (Redis TIME, read inside the
 // script), so that instances with skewed clocks count on one clock; with
@@ -103,6 +108,7 @@ type Store struct {
 	compact    uint32 // largest sliding-log limit stored compactly
 	grace      int64  // microseconds (rule S5)
 	bareGCRA   bool   // Config.Format == FormatV2
+	cluster    bool   // the client speaks to a Redis Cluster (ports.Partitioned)
 	closed     atomic.Bool
 
 	// noncePrefix is random per Store, nonceCounter counts calls: together
@@ -114,8 +120,10 @@ type Store struct {
 }
 
 var (
-	_ ports.Store    = (*Store)(nil)
-	_ ports.Repeater = (*Store)(nil)
+	_ ports.Store       = (*Store)(nil)
+	_ ports.Repeater    = (*Store)(nil)
+	_ ports.Reserver    = (*Store)(nil)
+	_ ports.Partitioned = (*Store)(nil)
 )
 
 // callBuf holds the KEYS and ARGV of one call, reused across calls so that
@@ -125,22 +133,44 @@ var (
 // command rueidis may still be writing.
 type callBuf struct {
 	keys   []string
-	args   [2]string
+	args   [3]string
 	packed []byte
 	nonce  []byte
+	extra  [8]byte
 }
 
-// Argument and reply layout of lua.RateLimitV3 (see the script's header).
+// Argument and reply layout of lua.RateLimitV4 (see the script's header).
 const (
 	packedHead     = 29 // i8 now, B flags, I4 floor of TTLs, I4 compact bound, i8 grace, I4 n
 	packedPerLimit = 17 // B algorithm, I4 limit, i8 period, I4 cost
 	flagConsume    = 1
 	flagServerTime = 2
 	flagBareGCRA   = 4
+	flagOp         = 8 // times the op: opEvaluate (and Peek), opReserve, opSettle, opRenew
 	replyHead      = 1 // the number of requests admitted
 	replyAdmitted  = 2 // per key after the last admitted request: remaining, reset
 	replyRefused   = 3 // per key of a refused request (or Peek): remaining, retry, reset
 )
+
+// The script's ops (flags / flagOp).
+const (
+	opEvaluate byte = iota // Evaluate, EvaluateRepeated and Peek
+	opReserve
+	opSettle
+	opRenew
+)
+
+// request is what one script call carries besides its limits and now.
+type request struct {
+	n       int // identical requests; 1 for the lease ops
+	consume bool
+	op      byte
+	// lease is the lease ID and leaseKey its record's key (ops above
+	// opEvaluate); extra their ARGV[3]: a TTL in microseconds, or
+	// Settle's actual cost.
+	lease, leaseKey string
+	extra           int64
+}
 
 // maxFigureMicros bounds a retry-after or reset-after the script may
 // report: a stored instant is at most two maximal periods ahead (the
@@ -171,7 +201,7 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	}
 	s := &Store{
 		client:     o.client,
-		script:     rueidis.NewLuaScript(lua.RateLimitV3),
+		script:     rueidis.NewLuaScript(lua.RateLimitV4),
 		timeout:    cfg.timeout(),
 		ownTimeout: fmt.Sprintf("the store's own %s timeout (the call had no deadline)", cfg.timeout()),
 		serverTime: cfg.Time == ServerTime,
@@ -185,7 +215,7 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	}
 	s.bufs.New = func() any {
 		return &callBuf{
-			keys:   make([]string, 0, domain.MaxLimits),
+			keys:   make([]string, 0, domain.MaxLimits+1),
 			packed: make([]byte, 0, packedHead+packedPerLimit*domain.MaxLimits),
 			nonce:  make([]byte, 0, 32),
 		}
@@ -201,6 +231,7 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	if s.client != nil {
 		// The caller's client: its connections are the caller's to dial,
 		// the script is ours to load.
+		s.cluster = s.client.Mode() == rueidis.ClientModeCluster
 		if err := s.warm(ctx, nil); err != nil && !isOutage(err) {
 			return nil, err
 		}
@@ -211,6 +242,7 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s.client, s.ownClient = client, true
+	s.cluster = client.Mode() == rueidis.ClientModeCluster
 	// Dial every pipelined connection and load the script now, so that
 	// no decision pays for either under its deadline. In ModeStandalone a
 	// server that is down is not an error: the store boots, and its calls
@@ -223,8 +255,8 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// LoadScript sends SCRIPT LOAD of lua.RateLimitV3 to every node and checks
-// that each answers with lua.RateLimitV3SHA1. New calls it; call it again
+// LoadScript sends SCRIPT LOAD of lua.RateLimitV4 to every node and checks
+// that each answers with lua.RateLimitV4SHA1. New calls it; call it again
 // after a server restart to spare the first decisions a NOSCRIPT round
 // trip. A node that cannot answer gives an error wrapping
 // domain.ErrStoreUnavailable (or domain.ErrStoreTimeout); a node that
@@ -235,12 +267,12 @@ func (s *Store) LoadScript(ctx context.Context) error {
 	}
 	var errs []error
 	for addr, node := range s.client.Nodes() {
-		sha, err := node.Do(ctx, node.B().ScriptLoad().Script(lua.RateLimitV3).Build()).ToString()
+		sha, err := node.Do(ctx, node.B().ScriptLoad().Script(lua.RateLimitV4).Build()).ToString()
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("SCRIPT LOAD on %s: %w", addr, s.mapErr(ctx, ctx, err, "the caller's deadline")))
-		case sha != lua.RateLimitV3SHA1:
-			errs = append(errs, fmt.Errorf("%w: SCRIPT LOAD on %s returned %s, want %s", ErrScriptMismatch, addr, sha, lua.RateLimitV3SHA1))
+		case sha != lua.RateLimitV4SHA1:
+			errs = append(errs, fmt.Errorf("%w: SCRIPT LOAD on %s returned %s, want %s", ErrScriptMismatch, addr, sha, lua.RateLimitV4SHA1))
 		}
 	}
 	return errors.Join(errs...)
@@ -279,6 +311,10 @@ func (s *Store) EvaluateRepeated(ctx context.Context, now time.Time, limits []do
 }
 
 // Peek answers as Evaluate would, consuming nothing and writing nothing.
+// It accepts concurrency windows (domain.ValidateHeld): their Remaining
+// is the limit less the slots held by unexpired leases, their
+// RetryAfter, when full, the wait until the earliest of those leases
+// expires, and their ResetAfter the wait until the last one does.
 func (s *Store) Peek(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
 	var rep domain.Repeated
 	if err := s.run(ctx, now, limits, 1, false, &rep); err != nil {
@@ -290,40 +326,62 @@ func (s *Store) Peek(ctx context.Context, now time.Time, limits []domain.Limit) 
 // run sends one script call for n requests of limits and decodes its
 // reply into rep (for Peek, rep.Refused holds the statuses as they stand).
 func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, n int, consume bool, rep *domain.Repeated) error {
+	validate := domain.ValidateLimits
+	if !consume {
+		validate = domain.ValidateHeld
+	}
+	if err := s.admit(ctx, limits, validate); err != nil {
+		return err
+	}
+	reply, err := s.call(ctx, now, limits, request{n: n, consume: consume})
+	if err != nil {
+		return err
+	}
+	return decode(reply, limits, n, consume, rep)
+}
+
+// admit checks what every call checks before anything is sent: the store
+// is open, limits pass validate, their keys share one slot, ctx is live.
+func (s *Store) admit(ctx context.Context, limits []domain.Limit, validate func([]domain.Limit) error) error {
 	if s.closed.Load() {
 		return domain.ErrStoreClosed
 	}
-	if err := domain.ValidateLimits(limits); err != nil {
+	if err := validate(limits); err != nil {
 		return err
 	}
-	if ok, i := sameSlot(limits); !ok {
+	if ok, i := sameSlot(limits); !ok && s.cluster {
 		return fmt.Errorf("%w: limit %d hashes to slot %d, limit 0 to slot %d; give every key of a request the same {hash tag}",
 			domain.ErrCrossSlot, i, Slot(limits[i].Key), Slot(limits[0].Key))
 	}
 	if ctx.Err() != nil {
 		return s.mapErr(ctx, ctx, ctx.Err(), "the caller's deadline")
 	}
+	return nil
+}
 
+// call sends one script call of req on limits and returns the script's
+// reply array; the script's own errors become the store's (see Store).
+func (s *Store) call(ctx context.Context, now time.Time, limits []domain.Limit, req request) ([]rueidis.RedisMessage, error) {
 	buf := s.bufs.Get().(*callBuf)
-	s.pack(buf, now, limits, n, consume)
+	args := s.pack(buf, now, limits, &req)
 	cctx, cancel, whose := s.deadline(ctx)
 	defer cancel()
-	resp := s.exec(cctx, buf.keys, buf.args[:])
+	resp := s.exec(cctx, buf.keys, args)
 	if resp.NonRedisError() == nil {
 		// Redis answered: rueidis is done with the arguments.
 		defer s.bufs.Put(buf)
 	}
 	if err := resp.Error(); err != nil {
-		if verr := valueError(err, limits); verr != nil {
-			return verr
+		if verr := valueError(err, limits, req.leaseKey); verr != nil {
+			return nil, verr
 		}
-		return s.mapErr(ctx, cctx, err, whose)
+		return nil, s.mapErr(ctx, cctx, err, whose)
 	}
 	reply, err := resp.ToArray()
 	if err != nil {
-		return fmt.Errorf("%w: unexpected script reply: %w", domain.ErrStoreUnavailable, err)
+		return nil, fmt.Errorf("%w: unexpected script reply: %w", domain.ErrStoreUnavailable, err)
 	}
-	return decode(reply, limits, n, consume, rep)
+	return reply, nil
 }
 
 // valuePrefix starts the script's error reply for a key holding a value it
@@ -331,8 +389,10 @@ func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, n
 const valuePrefix = "SLUICEVALUE "
 
 // valueError turns the script's SLUICEVALUE error reply into a
-// *domain.StoreValueError, or returns nil for any other error.
-func valueError(err error, limits []domain.Limit) error {
+// *domain.StoreValueError, or returns nil for any other error. Key
+// len(limits)+1 is the lease record (leaseKey), which is no limit's:
+// Index -1.
+func valueError(err error, limits []domain.Limit, leaseKey string) error {
 	re, ok := rueidis.IsRedisErr(err)
 	if !ok {
 		return nil
@@ -343,19 +403,22 @@ func valueError(err error, limits []domain.Limit) error {
 	}
 	idx, reason, _ := strings.Cut(msg, " ")
 	i, perr := strconv.Atoi(idx)
+	if perr == nil && leaseKey != "" && i == len(limits)+1 {
+		return &domain.StoreValueError{Index: -1, Key: leaseKey, Reason: reason}
+	}
 	if perr != nil || i < 1 || i > len(limits) {
 		return fmt.Errorf("%w: script error reply names no key of the request: %q", domain.ErrStoreUnavailable, re.Error())
 	}
 	return &domain.StoreValueError{Index: i - 1, Key: limits[i-1].Key, Reason: reason}
 }
 
-// pack writes the script's KEYS and ARGV for n requests of limits into
-// buf, without allocating: ARGV[1] is the binary header and limits,
-// ARGV[2] the nonce.
-func (s *Store) pack(buf *callBuf, now time.Time, limits []domain.Limit, n int, consume bool) {
-	var flags byte
+// pack writes the script's KEYS and ARGV for req on limits into buf,
+// without allocating, and returns ARGV: [1] the binary header and limits,
+// [2] the nonce (or the lease ID), [3] for the lease ops req.extra.
+func (s *Store) pack(buf *callBuf, now time.Time, limits []domain.Limit, req *request) []string {
+	flags := req.op * flagOp
 	var us int64
-	if consume {
+	if req.consume {
 		flags |= flagConsume
 	}
 	if s.serverTime {
@@ -371,7 +434,7 @@ func (s *Store) pack(buf *callBuf, now time.Time, limits []domain.Limit, n int, 
 	p = binary.BigEndian.AppendUint32(p, s.minTTL)
 	p = binary.BigEndian.AppendUint32(p, s.compact)
 	p = binary.BigEndian.AppendUint64(p, uint64(s.grace))
-	p = binary.BigEndian.AppendUint32(p, uint32(n)) // 1..ports.MaxRepeat
+	p = binary.BigEndian.AppendUint32(p, uint32(req.n)) // 1..ports.MaxRepeat
 	keys := buf.keys[:0]
 	for i := range limits {
 		l := &limits[i]
@@ -382,15 +445,26 @@ func (s *Store) pack(buf *callBuf, now time.Time, limits []domain.Limit, n int, 
 		p = binary.BigEndian.AppendUint64(p, uint64(l.Window.PeriodMicros()))
 		p = binary.BigEndian.AppendUint32(p, uint32(l.Cost))
 	}
-	buf.keys, buf.packed = keys, p
+	buf.packed = p
 	buf.args[0] = unsafe.String(unsafe.SliceData(p), len(p))
+	if req.op != opEvaluate {
+		// The lease ID names the members a reservation adds, so that
+		// Settle finds them; the record is the last key.
+		buf.keys = append(keys, req.leaseKey)
+		buf.args[1] = req.lease
+		binary.BigEndian.PutUint64(buf.extra[:], uint64(req.extra))
+		buf.args[2] = unsafe.String(&buf.extra[0], len(buf.extra))
+		return buf.args[:3]
+	}
+	buf.keys = keys
 	buf.args[1] = "-" // Peek adds no member
-	if consume {
+	if req.consume {
 		// A string unique to this call among every call of every store.
 		buf.nonce = append(buf.nonce[:0], s.noncePrefix...)
 		buf.nonce = strconv.AppendUint(buf.nonce, s.nonceCounter.Add(1), 36)
 		buf.args[1] = unsafe.String(unsafe.SliceData(buf.nonce), len(buf.nonce))
 	}
+	return buf.args[:2]
 }
 
 // decode fills rep from the script's reply to n requests of limits (for
