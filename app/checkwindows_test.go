@@ -114,3 +114,27 @@ func TestCheckWindowsInvalid(t *testing.T) {
 	assert.Equal(t, domain.CauseInvalidLimit, d.Cause)
 	assert.Empty(t, r.store.seen(), "nothing reached the store")
 }
+
+// TestCheckWindowsAcrossPartitions: a check whose windows live under two
+// hash tags, on a store that serves one tag per call, peeks each
+// partition, reads each window's own count and holds nothing.
+func TestCheckWindowsAcrossPartitions(t *testing.T) {
+	store := newMemReserver(true)
+	r := newReserveRig(t, testConfig(), store, nil)
+	q := windowsRequest()
+	q.Windows[0].Scope, q.Windows[1].Scope = "globex", "initech"
+	ctx := context.Background()
+	d, err := r.l.EvaluateWindows(ctx, q)
+	require.NoError(t, err)
+	require.Equal(t, domain.Allowed, d.State)
+	for i := range 2 {
+		d, err = r.l.CheckWindows(ctx, q)
+		require.NoError(t, err)
+		assert.Equal(t, domain.Throttled, d.State, "check %d: the tight window is spent", i)
+		require.Equal(t, 2, d.Windows.Len())
+		assert.Equal(t, int64(0), d.Windows.All()[0].Remaining)
+		assert.Equal(t, int64(4), d.Windows.All()[1].Remaining, "check %d: nothing consumed", i)
+	}
+	assert.Equal(t, int64(4), store.calls[ports.OpPeek].Load(), "two checks, two partitions each")
+	assert.Zero(t, store.calls[ports.OpSettle].Load(), "a check holds nothing to release")
+}
