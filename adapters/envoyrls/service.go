@@ -51,8 +51,10 @@ type planned struct {
 	unit    string
 	mult    uint32
 	subject string
-	cost    int64
-	shadow  bool
+	// scope is the scope of the descriptor's key: "" for the request's.
+	scope  string
+	cost   int64
+	shadow bool
 	// check marks a descriptor whose hits_addend is 0: a check that
 	// consumes nothing, refused when one more hit would be (cost is 1).
 	check bool
@@ -162,7 +164,7 @@ func (s *Service) decide(ctx context.Context, resp *rlsv3.RateLimitResponse, d *
 // the descriptors that count, asks for one hit, which any cost covers.
 func addWindow(wr *app.WindowsRequest, p *planned) int {
 	for i, w := range wr.Windows {
-		if w.Subject == p.subject && w.Window.Name == p.window.Name {
+		if w.Subject == p.subject && w.Scope == p.scope && w.Window.Name == p.window.Name {
 			if p.check {
 				wr.Windows[i].Cost = max(w.Cost, p.cost)
 			} else {
@@ -172,7 +174,7 @@ func addWindow(wr *app.WindowsRequest, p *planned) int {
 			return i
 		}
 	}
-	wr.Windows = append(wr.Windows, app.CountedWindow{Subject: p.subject, Window: p.window, Cost: p.cost})
+	wr.Windows = append(wr.Windows, app.CountedWindow{Subject: p.subject, Scope: p.scope, Window: p.window, Cost: p.cost})
 	return len(wr.Windows) - 1
 }
 
@@ -184,26 +186,32 @@ func minWindow(a, b domain.Window) domain.Window {
 }
 
 // plan matches every descriptor of req, applies replaces, and returns one
-// plan per descriptor (nil: not limited) and the request's scope.
+// plan per descriptor (nil: not limited) and the request's scope: the
+// value of the first hash_tag_key entry. A descriptor that carries that
+// entry counts in its own value's scope, one of unscoped_keys in a scope
+// of its own, any other in the request's (docs/adr/011).
 func (d *domainRules) plan(req *rlsv3.RateLimitRequest) ([]*planned, string) {
 	plans := make([]*planned, len(req.Descriptors))
 	scope := ""
 	replaced := map[string]bool{}
 	for i, desc := range req.Descriptors {
 		keys, values := entries(desc)
-		if scope == "" && d.tagKey != "" {
-			for j, k := range keys {
-				if k == d.tagKey {
-					scope = bounded(values[j])
-					break
-				}
-			}
+		own, tagged := d.tagOf(keys, values)
+		if scope == "" && tagged {
+			scope = own
 		}
 		p := d.planOne(desc, keys, values, req.GetHitsAddend())
 		if p == nil {
 			continue
 		}
 		p.index = i
+		switch {
+		case tagged:
+			p.scope = own
+		case d.unscoped[keys[0]]:
+			// Never a tag value: those are header values, without NUL.
+			p.scope = bounded("\x00" + p.subject)
+		}
 		if p.rule != nil {
 			for _, r := range p.rule.replaces {
 				replaced[r] = true
@@ -217,6 +225,20 @@ func (d *domainRules) plan(req *rlsv3.RateLimitRequest) ([]*planned, string) {
 		}
 	}
 	return plans, scope
+}
+
+// tagOf returns the value of a descriptor's hash_tag_key entry, and
+// whether it has one.
+func (d *domainRules) tagOf(keys, values []string) (string, bool) {
+	if d.tagKey == "" {
+		return "", false
+	}
+	for j, k := range keys {
+		if k == d.tagKey {
+			return bounded(values[j]), true
+		}
+	}
+	return "", false
 }
 
 // planOne matches one descriptor: its rule, the limit override within the
