@@ -23,14 +23,16 @@
 // A descriptor counts per its entries (every key and value, an ip value
 // grouped as sluice's ip dimension is) within the domain, and per scope:
 // the file's hash_tag_key names the descriptor entry (e.g. tenant) whose
-// value scopes every key of a request, so that a request is one Redis
-// Cluster slot and one store call. A request that carries the entry counts
-// each descriptor per (domain, scope value); one that lacks it counts per
-// domain. A descriptor that does not carry the scope entry itself (e.g. a
-// remote_address descriptor beside a tenant one) therefore counts per
-// scope value: an ip across tenants is not counted as one. Counting a
-// descriptor across scopes needs a decision over two slots, which awaits
-// the cross-slot reservations of the lease work (docs/adr/011).
+// value scopes a key, its Redis Cluster hash tag. A descriptor that
+// carries the entry counts in its own value's scope; one whose key is in
+// the file's unscoped_keys (e.g. remote_address) counts across scopes,
+// under a tag of its own (an ip across tenants); any other counts in the
+// request's scope, the value of its first hash_tag_key entry (a path
+// within each tenant). Without hash_tag_key every key of the domain shares
+// one tag. A request whose keys fall in several slots of a Redis Cluster
+// is decided across them, still all or nothing, through a reservation
+// per slot released when one refuses (docs/adr/013); one whose keys share
+// a slot, or on a single server, is one store call.
 //
 // # The answer
 //
