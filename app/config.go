@@ -184,13 +184,13 @@ type Config struct {
 	// an unsettled reservation waits for its Settle before it counts at
 	// its reserved cost. With concurrency windows the lease TTL is the
 	// smallest of their periods (docs/adr/012).
-	ReservationTTL time.Duration `yaml:"reservation_ttl" validate:"min=1ms,max=24h"`
+	ReservationTTL time.Duration `yaml:"reservation_ttl" validate:"windowperiod,max=24h"`
 	// SplitLeaseTTL is the lease TTL of the reservations that decide an
 	// Evaluate, EvaluateWindows or Wait whose keys span partitions of the
 	// store (a Redis Cluster's slots, docs/adr/013; default 5 s): an
 	// admitted side whose release was lost (a crash between the two
 	// answers) counts at most this long beyond a refusal.
-	SplitLeaseTTL time.Duration `yaml:"split_lease_ttl" validate:"min=1ms,max=1h"`
+	SplitLeaseTTL time.Duration `yaml:"split_lease_ttl" validate:"windowperiod,max=1h"`
 }
 
 // DegradedConfig is the degraded matrix: "bypass", "deny" or "local" per

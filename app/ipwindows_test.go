@@ -158,3 +158,36 @@ func TestSplitRefusalConsumesNothingAnywhere(t *testing.T) {
 	assert.Len(t, store.keys(), 1+1+15, "the ip, bob and the 15: carol's refused request left nothing")
 	assert.Equal(t, int64(20), store.keyUnits(ipKey, r.clock.Now(), time.Second))
 }
+
+// TestSplitStoreErrorOnOneSide: when one partition fails, the decision is
+// degraded as for any store error, and the side that admitted is
+// released.
+func TestSplitStoreErrorOnOneSide(t *testing.T) {
+	store := newMemReserver(true)
+	cfg := ipConfig()
+	cfg.Degraded.Read = domain.ActionDeny
+	r := newRigOn(t, cfg, store)
+	req := app.Request{Route: "GET /search", ClientIP: rawIP, User: "dave"}
+	require.Equal(t, domain.Allowed, r.eval(t, req).State)
+	keys := store.keys()
+	require.Len(t, keys, 2)
+	ipKey, userKey := keys[0], keys[1]
+	if dimOf(ipKey) != domain.DimensionIP {
+		ipKey, userKey = userKey, ipKey
+	}
+	store.mu.Lock()
+	store.failTag = hashTag(userKey)
+	store.mu.Unlock()
+
+	d := r.eval(t, req)
+	assert.Equal(t, domain.DeniedDegraded, d.State)
+	assert.True(t, d.Degraded)
+	assert.Equal(t, domain.CauseStoreUnavailable, d.Cause)
+	assert.Equal(t, int64(1), store.keyUnits(ipKey, r.clock.Now(), time.Second), "the ip side was released")
+	assert.ErrorIs(t, r.rec.last().Err, domain.ErrStoreUnavailable)
+	ops := map[ports.StoreOp]int{}
+	for _, c := range r.rec.StoreCalls() {
+		ops[c.Op]++
+	}
+	assert.Equal(t, map[ports.StoreOp]int{ports.OpReserve: 4, ports.OpSettle: 1}, ops, "every side's call recorded")
+}

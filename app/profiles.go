@@ -153,8 +153,28 @@ func (p *profile) finish(path string) error {
 		// Concurrency windows only: the cost bounds nothing they count.
 		p.minLimit = domain.MaxLimit
 	}
-	p.capWindow = capWindow(p.BurstLimit())
+	p.capWindow = capWindow(p.rateBurstLimit())
 	return nil
+}
+
+// rateBurstLimit is RouteProfile.BurstLimit over the rate windows: a
+// concurrency window's limit counts requests in flight, not a burst. A
+// profile of concurrency windows only takes its smallest limit.
+func (p *profile) rateBurstLimit() int64 {
+	rates := domain.RouteProfile{}
+	for _, d := range p.Dimensions {
+		dw := domain.DimensionWindows{Dimension: d.Dimension}
+		for _, w := range d.Windows {
+			if w.Algorithm != domain.Concurrency {
+				dw.Windows = append(dw.Windows, w)
+			}
+		}
+		rates.Dimensions = append(rates.Dimensions, dw)
+	}
+	if b := rates.BurstLimit(); b > 0 {
+		return b
+	}
+	return p.BurstLimit()
 }
 
 // capWindow is the degraded local cap for a burst limit.

@@ -9,9 +9,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/adapters/local"
+	"github.com/sluicehq/sluice/adapters/redis"
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/ports"
 )
 
@@ -65,13 +68,20 @@ func userReq(route, user string) app.Request {
 // TestReserveSettleRefundsAndCharges: a reservation takes its cost at
 // once; Settle replaces it by the actual cost, once.
 func TestReserveSettleRefundsAndCharges(t *testing.T) {
-	r := newReserveRig(t, reserveConfig(), newMemReserver(false), nil)
+	for _, b := range reserverBackends() {
+		t.Run(b.name, func(t *testing.T) { settleScenario(t, b.open(t)) })
+	}
+}
+
+func settleScenario(t *testing.T, store ports.Store) {
+	r := newReserveRig(t, reserveConfig(), store, nil)
 	ctx := context.Background()
+	id := runID(t)
 	assert.True(t, r.l.Reserving(routeExports))
 	assert.True(t, r.l.Reserving(routeReports))
 	assert.False(t, r.l.Reserving("GET /unknown"))
 
-	d, res := r.reserve(t, userReq(routeExports, "u1"))
+	d, res := r.reserve(t, userReq(routeExports, id+"u1"))
 	require.Equal(t, domain.Allowed, d.State)
 	assert.Equal(t, int64(5), d.Remaining)
 	assert.Equal(t, int64(5), res.Cost())
@@ -84,35 +94,35 @@ func TestReserveSettleRefundsAndCharges(t *testing.T) {
 	s, err = res.Settle(ctx, 9)
 	require.NoError(t, err)
 	assert.Equal(t, domain.AlreadySettled, s, "settling twice settles once")
-	p, err := r.l.Peek(ctx, userReq(routeExports, "u1"))
+	p, err := r.l.Peek(ctx, userReq(routeExports, id+"u1"))
 	require.NoError(t, err)
 	assert.Equal(t, int64(8), p.Remaining, "3 of the 5 reserved were refunded")
 
 	// A handler that reports 7: charged 2 more than reserved, recorded
 	// even past what a request could take.
-	_, res = r.reserve(t, userReq(routeExports, "u1"))
+	_, res = r.reserve(t, userReq(routeExports, id+"u1"))
 	s, err = res.Finish(ctx, app.Outcome{Cost: 7, Reported: true})
 	require.NoError(t, err)
 	assert.Equal(t, domain.Settled, s)
-	p, err = r.l.Peek(ctx, userReq(routeExports, "u1"))
+	p, err = r.l.Peek(ctx, userReq(routeExports, id+"u1"))
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), p.Remaining, "2 + 7 counted")
 
 	// A failure is refunded whole by the profile's rule.
-	_, res = r.reserve(t, userReq(routeExports, "u2"))
+	_, res = r.reserve(t, userReq(routeExports, id+"u2"))
 	_, err = res.Finish(ctx, app.Outcome{Failed: true})
 	require.NoError(t, err)
-	p, err = r.l.Peek(ctx, userReq(routeExports, "u2"))
+	p, err = r.l.Peek(ctx, userReq(routeExports, id+"u2"))
 	require.NoError(t, err)
 	assert.Equal(t, int64(10), p.Remaining)
 
 	// A reported cost Settle cannot take settles at the cost reserved.
-	_, res = r.reserve(t, userReq(routeExports, "u3"))
+	_, res = r.reserve(t, userReq(routeExports, id+"u3"))
 	s, err = res.Finish(ctx, app.Outcome{Cost: -1, Reported: true})
 	var le *domain.LimitError
 	require.ErrorAs(t, err, &le)
 	assert.Equal(t, domain.Settled, s)
-	p, err = r.l.Peek(ctx, userReq(routeExports, "u3"))
+	p, err = r.l.Peek(ctx, userReq(routeExports, id+"u3"))
 	require.NoError(t, err)
 	assert.Equal(t, int64(5), p.Remaining)
 
@@ -128,9 +138,41 @@ func TestReserveSettleRefundsAndCharges(t *testing.T) {
 // on Settle, or when its lease expires; Renew keeps it; Evaluate leaves
 // concurrency windows out.
 func TestConcurrencyWindowHoldsSlots(t *testing.T) {
-	r := newReserveRig(t, reserveConfig(), newMemReserver(false), nil)
+	for _, b := range reserverBackends() {
+		t.Run(b.name, func(t *testing.T) { concurrencyScenario(t, b.open(t)) })
+	}
+}
+
+// reserverBackends are the primary stores the Limiter's reservations are
+// tested on: the test Reserver, the conformance reference store, the local
+// store, and Redis standalone and cluster on the caller's instants.
+func reserverBackends() []struct {
+	name string
+	open func(t *testing.T) ports.Store
+} {
+	return []struct {
+		name string
+		open func(t *testing.T) ports.Store
+	}{
+		{"mem", func(*testing.T) ports.Store { return newMemReserver(false) }},
+		{"reference", func(*testing.T) ports.Store { return conformance.NewReferenceStore() }},
+		{"local", func(t *testing.T) ports.Store {
+			s, err := local.New(local.Config{})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		}},
+		{"redis", func(t *testing.T) ports.Store {
+			return openRedis(t, redis.Config{URL: redistest.StandaloneURL(t)})
+		}},
+		{"cluster", func(t *testing.T) ports.Store { return clusterStore(t) }},
+	}
+}
+
+func concurrencyScenario(t *testing.T, store ports.Store) {
+	r := newReserveRig(t, reserveConfig(), store, nil)
 	ctx := context.Background()
-	req := userReq(routeReports, "u1")
+	req := userReq(routeReports, runID(t))
 	_, a := r.reserve(t, req)
 	assert.Equal(t, 10*time.Second, a.RenewEvery(), "a third of the window's lease TTL")
 	r.clock.Advance(5 * time.Second)

@@ -89,6 +89,9 @@ func TestConfigRefusesBadReservations(t *testing.T) {
 		{"reservation TTL too long", func(c *app.Config) {
 			c.ReservationTTL = 25 * time.Hour
 		}, "reservation_ttl", "at most"},
+		{"reservation TTL not whole microseconds", func(c *app.Config) {
+			c.ReservationTTL = time.Second + 500*time.Nanosecond
+		}, "reservation_ttl", "microseconds"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

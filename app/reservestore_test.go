@@ -32,6 +32,9 @@ type memReserver struct {
 	partIDs     map[string]int
 	calls       map[ports.StoreOp]*atomic.Int64
 	closed      bool
+	// failTag, when set, makes a call whose first key carries that hash
+	// tag fail as an unavailable store would.
+	failTag string
 }
 
 // stamp is cost units taken at an instant by a lease ("" for Evaluate).
@@ -154,6 +157,9 @@ func (m *memReserver) decide(ctx context.Context, op ports.StoreOp, now time.Tim
 	defer m.mu.Unlock()
 	if m.closed {
 		return domain.Result{}, domain.Lease{}, domain.ErrStoreClosed
+	}
+	if m.failTag != "" && len(limits) > 0 && hashTag(limits[0].Key) == m.failTag {
+		return domain.Result{}, domain.Lease{}, fmt.Errorf("%w: injected on one partition", domain.ErrStoreUnavailable)
 	}
 	validate := domain.ValidateHeld
 	if op == ports.OpEvaluate {

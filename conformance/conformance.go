@@ -25,7 +25,13 @@
 // a sliding log keeps counting them for instants out of order by less than
 // the store's grace (Features.Grace). A store that implements the optional
 // ports.Repeater (found by type assertion) must answer n repeated requests
-// exactly as n sequential ones; one that does not is not failed for it. Each case is a subtest named for what it proves; each
+// exactly as n sequential ones; one that does not is not failed for it.
+// Likewise a store that implements ports.Reserver is held to the contract
+// of reservations, leases and concurrency windows (docs/adr/012: refunds
+// never below zero, charges past the limit, idempotence, expiry, Renew,
+// all or nothing across rate and concurrency windows, exact under 200
+// goroutines, crashed holders); one that does not is reported in the test
+// log. Each case is a subtest named for what it proves; each
 // gets a fresh store from the constructor and its own key namespace,
 // conf:{<random id>}:<name>, so the cases run in parallel, even against
 // one shared server, and every key of a case shares one Redis Cluster hash

@@ -72,4 +72,4 @@ var RateLimitV4 string
 
 // RateLimitV4SHA1 is the SHA1 of RateLimitV4. A test checks it against the
 // embedded text.
-const RateLimitV4SHA1 = "2af53d8249013a03df9343a98d52c8588dc2be8e"
+const RateLimitV4SHA1 = "22e5317ea2274dce60492b662192711a82752ae2"

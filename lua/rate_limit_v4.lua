@@ -66,11 +66,13 @@
 -- (or no record: it outlived its TTL and margin). Settling reads and
 -- validates every key, then per rate key d = actual - cost: d > 0
 -- charges d units at now (a log records at most its limit of them; GCRA
--- moves its TAT, capped at now + MaxPeriod), d < 0 refunds -d of the
--- lease's units stamped at its instant (a compact log's units at that
--- instant, a ZSET log's members ID..":"..k) while they are inside the
--- window, or moves a GCRA TAT back, never before now. Every concurrency
--- key loses the lease's members; the record is marked settled.
+-- moves its TAT, capped at now + MaxPeriod), d < 0 refunds -d units in
+-- the algorithm the key is stored in: a log loses up to -d of the units
+-- stamped at the lease's instant (a compact log's units at that instant,
+-- a ZSET log's members ID..":"..k) unless they left the window, a GCRA
+-- TAT moves back -d of the intervals it was written with, never before
+-- now. Every concurrency key loses the lease's members; the record is
+-- marked settled.
 --
 -- Op 3 (Renew): reply {1, now} renewed, {0} the lease is settled,
 -- expired or unknown. The record and the lease's concurrency members
@@ -89,8 +91,10 @@
 --     from 1970 on.
 --   ZSET sliding log: one member per unit scored by its instant.
 --   concurrency: a ZSET, one member per slot held, ID..":"..k, scored by
---     its lease's expiry; members at or before now are expired, not
---     counted, and trimmed by the next write of the key.
+--     its lease's expiry; members at or before now are expired and not
+--     counted; a write of the key trims those at or before now - grace
+--     (a caller whose now lags by less than the grace still counts
+--     them), and the key lives until its latest expiry plus the grace.
 --   lease record: "\3", B state (1 open, 2 settled), i8 the instant of
 --     the reservation, i8 its expiry; PX the TTL plus a margin.
 -- A key found nil by MGET under a window that wants a string is probed
@@ -101,25 +105,36 @@
 
 local a = ARGV[1]
 local n = #KEYS
--- Ops 1-3 carry ARGV[3] and the lease record as the last key.
-local leased = #ARGV == 3
+-- Ops 1-3 carry ARGV[3] and the lease record as the last key. What op 0
+-- (every decision) pays for them is a few tests per call, not per key.
+local na = #ARGV
+local leased = na == 3
 if leased then
   n = n - 1
 end
-if n < 1 or #ARGV < 2 or #ARGV > 3 or #a ~= 29 + 17 * n then
+if n < 1 or na < 2 or na > 3 or #a ~= 29 + 17 * n then
   return redis.error_reply('ERR sluice rate_limit_v4: want 1 or more keys (and the lease record), ARGV[1] of 29 + 17 bytes per key, ARGV[2] a nonce or lease ID (and ARGV[3])')
 end
 local sunpack, pack, sub, byte, rep, floor = struct.unpack, struct.pack, string.sub, string.byte, string.rep, math.floor
 local now, flags, minttl, compact, grace, reps = sunpack('>i8BI4I4i8I4', a)
-local op = (flags - flags % 8) / 8
-if reps < 1 or grace < 0 or op > 3 or (op > 0) ~= leased or (op > 0 and reps ~= 1) then
-  return redis.error_reply('ERR sluice rate_limit_v4: n must be at least 1 (1 for ops 1-3), the grace not negative, the op 0-3 with ARGV[3] exactly for ops 1-3')
+local op = 0
+if leased then
+  op = (flags - flags % 8) / 8
+  flags = flags % 8
+  if op < 1 or op > 3 or reps ~= 1 then
+    return redis.error_reply('ERR sluice rate_limit_v4: ARGV[3] is for ops 1-3, each of one request')
+  end
+elseif flags >= 8 then
+  return redis.error_reply('ERR sluice rate_limit_v4: ops 1-3 take ARGV[3] and the lease record')
+end
+if reps < 1 or grace < 0 then
+  return redis.error_reply('ERR sluice rate_limit_v4: n must be at least 1 and the grace not negative')
 end
 if flags % 4 >= 2 then
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
-local consume, bare = flags % 2 == 1, flags % 8 >= 4
+local consume, bare = flags % 2 == 1, flags >= 4
 -- Every key's algorithm, limit, period and cost, in one unpack: arg[4i-3]
 -- to arg[4i].
 local arg = {sunpack('>' .. rep('BI4i8I4', n), a, 30)}
@@ -293,12 +308,12 @@ if leased then
         local top = tops[i]
         if top then
           local key = KEYS[i]
-          redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+          redis.call('ZREMRANGEBYSCORE', key, '-inf', now - grace)
           members('ZADD', key, 'XX', exp, 1, arg[4 * i])
           if exp > top then
             top = exp
           end
-          local px = top - now + 999
+          local px = top - now + grace + 999
           px = (px - px % 1000) / 1000
           if px < minttl then
             px = minttl
@@ -354,7 +369,12 @@ end
 -- commands tell), or for a key found missing under a window that wants a
 -- string, what one EXISTS over all of them (and TYPE, only when that
 -- finds one) says.
-local got = redis.call('MGET', unpack(KEYS, 1, n))
+local got
+if leased then
+  got = redis.call('MGET', unpack(KEYS, 1, n))
+else
+  got = redis.call('MGET', unpack(KEYS))
+end
 local probe
 for i = 1, n do
   local v = got[i]
@@ -612,36 +632,72 @@ end
 -- 0), then those of a refused request (A < n), or for Peek those of the
 -- state as it stands. Reads come before every write.
 -- Settle: each concurrency key gives the lease's slots back, each rate
--- key refunds here, or charges (charge[i] > 0) through the writes of an
--- admission below; the record is marked settled last.
-local charge
+-- key refunds or charges here, but a log's charge goes through the writes
+-- of an admission below, its cost (arg[4i]) replaced by the charge; every
+-- other key's algorithm is replaced by 3, which those writes skip, so that
+-- they cost Evaluate nothing more. The record is marked settled last.
+local nonce = ARGV[2]
 if op == 2 then
-  charge = {}
+  -- A charge's members must not be the reservation's own (ID:k).
+  nonce = nonce .. '+'
   for i = 1, n do
     local b = 12 * (i - 1)
     local j = 4 * i
     local g, l, c = arg[j - 3], arg[j - 2], arg[j]
     local kind, key, d = st[b + 1], KEYS[i], X - c
-    charge[i] = 0
+    arg[j - 3] = 3
     if g == 2 then
       if st[b + 7] then
         members('ZREM', key, false, false, 1, c)
-        redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', now - grace)
+      end
+    elseif d > 0 and g == 1 then
+      -- GCRA: the TAT moves on d intervals from max(TAT, now), converted
+      -- (S1, S2), at most MaxPeriod ahead of now, in the window's
+      -- encoding (S6).
+      local t = st[b + 11]
+      local new = st[b + 8] + d * t
+      if new > now + MAXP then
+        new = now + MAXP
+      end
+      local px = new - now + 999
+      px = (px - px % 1000) / 1000
+      if px < minttl then
+        px = minttl
+      end
+      if bare then
+        redis.call('SET', key, new, 'PX', ttl(px))
+      else
+        redis.call('SET', key, pack('>Bi8i8', 2, new, t), 'PX', ttl(px))
       end
     elseif d > 0 then
-      -- A log records at most its limit of a charge: beyond that the
-      -- window is full until now + period anyway.
-      if g == 0 and d > l then
+      -- A log charges through an admission's writes below; it records
+      -- at most its limit of a charge: beyond that the window is full
+      -- until now + period anyway.
+      if d > l then
         d = l
       end
-      charge[i] = d
+      arg[j - 3], arg[j] = 0, d
     elseif d < 0 and kind ~= NONE then
-      if g == 1 then
-        -- GCRA: the TAT moves back d intervals, never before now.
-        local start = st[b + 8]
-        if start > now then
-          local t = st[b + 11]
-          local new = start + d * t
+      -- A refund of -d units, in the algorithm the key is stored in (a
+      -- key rewritten under another window since the reservation gives
+      -- back what its state still holds), as domain.KeyState.Refund.
+      local v, p = got[i], arg[j - 1]
+      if kind == GCRA then
+        -- The TAT moves back -d of the intervals it was written with,
+        -- never before now (a bare TAT: the window's interval).
+        local tat, tw
+        if #v == 17 and byte(v, 1) == 2 then
+          local _
+          _, tat, tw = sunpack('>Bi8i8', v)
+        else
+          tat, tw = tonumber(v), (p - p % l) / l
+          if tw < 1 then
+            tw = 1
+          end
+        end
+        if tat > now then
+          local new = tat + d * tw
           if new < now then
             new = now
           end
@@ -653,17 +709,14 @@ if op == 2 then
           if bare then
             redis.call('SET', key, new, 'PX', ttl(px))
           else
-            redis.call('SET', key, pack('>Bi8i8', 2, new, t), 'PX', ttl(px))
+            redis.call('SET', key, pack('>Bi8i8', 2, new, tw), 'PX', ttl(px))
           end
         end
-      elseif leaseAt > st[b + 9] then
+      elseif leaseAt > now - p then
         -- A log: up to -d of the units stamped at the lease's instant,
-        -- while they are inside the window (a compact log's units at
-        -- that instant are alike; a ZSET log's are the lease's
-        -- members). A GCRA state read by a log stamps its units now:
-        -- none is the lease's.
+        -- unless they left the window (a compact log's units at one
+        -- instant are alike; a ZSET log's are the lease's members).
         if kind == COMPACT then
-          local v = st[b + 2]
           local m = (#v - 1) / 7
           local hi = above(v, 0, m, leaseAt)
           local k = hi - above(v, 0, hi, leaseAt - 1)
@@ -673,7 +726,7 @@ if op == 2 then
           if k > 0 then
             redis.call('SET', key, sub(v, 1, 1 + 7 * (hi - k)) .. sub(v, 2 + 7 * hi), 'KEEPTTL')
           end
-        elseif kind == ZSET then
+        else
           members('ZREM', key, false, false, c + d + 1, c)
         end
       end
@@ -761,8 +814,13 @@ if not consume or A < reps then
     else
       -- A concurrency window (Peek, or a refused Reserve): count slots
       -- held, newest their latest expiry; a refusal waits for the
-      -- earliest expiry.
+      -- earliest expiry. Instants out of order can find more held than
+      -- the limit (a lease expired at a later instant, a slot taken
+      -- since): never below zero.
       remaining = l - count
+      if remaining < 0 then
+        remaining = 0
+      end
       if count + c > l then
         local z = redis.call('ZRANGEBYSCORE', KEYS[i], '(' .. format('%.0f', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
         retry = tonumber(z[2]) - now
@@ -776,11 +834,6 @@ if not consume or A < reps then
   end
 end
 o = 1
-local nonce = ARGV[2]
-if charge then
-  -- A charge's members must not be the reservation's own (ID:k).
-  nonce = nonce .. '+'
-end
 local rec -- the compact record of one unit at now
 for i = 1, U > 0 and n or 0 do
   local b = 12 * (i - 1)
@@ -788,16 +841,10 @@ for i = 1, U > 0 and n or 0 do
   local j = 4 * i
   local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
   local used = U * c
-  if charge then
-    used = charge[i]
-  end
-  if used > 0 then
+  do
     local remaining, reset
     if g == 1 then
       local new = st[b + 8] + used * t
-      if new > now + MAXP then
-        new = now + MAXP -- a charge past the limit
-      end
       remaining = t * l - (new - now)
       remaining = (remaining - remaining % t) / t
       reset = new - now
@@ -926,25 +973,27 @@ for i = 1, U > 0 and n or 0 do
           redis.call('PEXPIRE', key, ttl(px))
         end
       end
-    else
+    elseif g == 2 then
       -- A concurrency window (Reserve): cost slots under the lease
       -- until its expiry, the expired members trimmed, the key kept
       -- until its latest expiry.
       local key, exp, top = KEYS[i], now + X, newest
       if top then
-        redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', now - grace)
       end
       if not top or top < exp then
         top = exp
       end
       members('ZADD', key, false, exp, 1, c)
-      local px = top - now + 999
+      local px = top - now + grace + 999
       px = (px - px % 1000) / 1000
       if px < minttl then
         px = minttl
       end
       redis.call('PEXPIRE', key, ttl(px))
       remaining, reset = l - count - used, top - now
+    else
+      remaining, reset = 0, 0 -- Settle: written in its own pass
     end
     if remaining < 0 then
       remaining = 0
@@ -953,13 +1002,14 @@ for i = 1, U > 0 and n or 0 do
     o = o + 2
   end
 end
-if op == 1 then
+if leased then
+  if op == 2 then
+    redis.call('SET', lkey, pack('>BBi8i8', 3, SETTLED, leaseAt, leaseExp), 'KEEPTTL')
+    return {1}
+  end
   if U > 0 then
     redis.call('SET', lkey, pack('>BBi8i8', 3, OPEN, now, now + X), 'PX', recordpx(X))
   end
   reply[#reply + 1] = now
-elseif op == 2 then
-  redis.call('SET', lkey, pack('>BBi8i8', 3, SETTLED, leaseAt, leaseExp), 'KEEPTTL')
-  return {1}
 end
 return reply

@@ -84,6 +84,15 @@
 //     instant as n sequential Evaluate calls would, in one lock of the
 //     request's entries and O(keys) work: how many fit is worked out per
 //     window (domain.KeyState.Fit).
+//   - Reserve, Settle and Renew (ports.Reserver, docs/adr/012) lock a
+//     request's entries as a decision does. The slots a lease holds on a
+//     concurrency key live in that key's entry, the lease's record (its
+//     expiry, and whether it was settled) in the entry of the request's
+//     first key; a key holding a slot or record of a lease still running
+//     is never idle. A lease expires on the store's clock, the instants
+//     it is given: its slots stop counting at its expiry, its rate units
+//     stay counted at the cost reserved. Peek counts the held slots of a
+//     concurrency window; Evaluate refuses one.
 //
 // # Memory
 //
@@ -119,7 +128,10 @@
 //     ristretto's own share has room left, the keys held outside it may
 //     use that room too (every byte is counted once, on one side): a burst
 //     of new keys that outruns ristretto's goroutine waits instead of
-//     being forgotten.
+//     being forgotten;
+//   - in the entry of a key that reservations touched, 112 bytes per slot
+//     or lease record (counted at twice their number as they grow, like a
+//     sliding log), forgotten once ended for IdleGrace.
 //
 // When the bound is reached, ristretto evicts, or refuses new keys, to keep
 // its share; nothing is lost yet, as the keys it gives up are held outside.
@@ -166,6 +178,8 @@
 // After Close every method returns an error wrapping domain.ErrStoreClosed. A
 // context that is already done makes a method return an error wrapping
 // ctx.Err() before anything is read or written. A request that breaks
-// domain.ValidateLimits is refused with a *domain.LimitError; an invalid
+// domain.ValidateLimits (domain.ValidateHeld for Peek and Reserve; a
+// lease, ttl or actual cost out of bounds) is refused with a
+// *domain.LimitError; an invalid
 // Config with a *domain.ConfigError. A refusal is a result, not an error.
 package local

@@ -28,8 +28,9 @@ type entry struct {
 	st domain.KeyState
 	// logCover is how many log entries the size estimate covers: twice
 	// the capacity of the log's backing array when it last outgrew the
-	// estimate.
-	logCover int64
+	// estimate. An int32 (no log holds 2³¹ entries) packed with the flags
+	// below keeps the entry in the 224-byte size class with held.
+	logCover int32
 
 	// Guarded by the directory shard's lock.
 	state     uint8 // pending, inFlight, inCache or forgotten
@@ -40,8 +41,10 @@ type entry struct {
 	// here, among the flags, to keep the entry in a smaller size class).
 	queued  bool  // in the hand-off queue
 	listed  bool  // in the store's list of entries it may forget
+	again   bool  // lru: used more than once, as of its listing or last move
 	misses  int32 // accesses while pending since the last Set
 	backoff int32 // accesses while pending to wait before the next Set
+	hidx    int32 // lru: its index in the list's heap
 	// charge is what the entry counts against the share of keys held
 	// outside ristretto: its size while pending (its growth only while
 	// ristretto still counts its old size), plus ristretto's Item while in
@@ -54,11 +57,15 @@ type entry struct {
 	hprev, hnext *entry // the hand-off queue
 
 	// Guarded by the store's lru lock: its place in the list of pending
-	// entries (see lru).
-	rank  int64
-	seq   uint64
-	hidx  int32 // its index in the list's heap
-	again bool  // used more than once, as of its listing or last move
+	// entries (see lru; hidx and again sit among the flags above).
+	rank int64
+	seq  uint64
+
+	// Guarded by mu. held is what the key holds for reservations
+	// (reserve.go): the slots of its concurrency window, the records of
+	// the leases whose first key it is. Nil for a key no reservation
+	// touched, which is most; off the decision path, so last.
+	held *held
 }
 
 // Where an entry is, as the directory shard records it.
@@ -89,19 +96,29 @@ func (e *entry) lastUse() (used int64, again bool) {
 func (e *entry) sizeLocked() int64 {
 	n := entryBytes + sizeClass(int64(len(e.key))) + dirBytes
 	if e.logCover > 0 {
-		n += sizeClass(e.logCover * logEntryBytes)
+		n += sizeClass(int64(e.logCover) * logEntryBytes)
+	}
+	if e.held != nil {
+		n += e.held.size()
 	}
 	return n
 }
 
 // idleLocked reports whether dropping the state changes no answer for any
-// caller at or after now. Called with mu held.
-func (e *entry) idleLocked(now int64) bool { return e.st.Idle(now) }
+// caller at or after now: the counting state is back to its full quota,
+// no slot is held and no lease runs (their records ended before now are
+// forgotten on the way). Called with mu held.
+func (e *entry) idleLocked(now int64) bool {
+	return e.st.Idle(now) && (e.held == nil || e.held.idle(now))
+}
 
 // check reports what l would get from e at now without consuming, grace
 // being the store's IdleGrace (µs). A nil entry answers as a fresh key.
 // Called with mu held (when e is not nil).
 func check(e *entry, l *domain.Limit, now, grace int64) domain.LimitStatus {
+	if l.Window.Algorithm == domain.Concurrency {
+		return slotsCheck(e, l, now, grace)
+	}
 	if e == nil {
 		var fresh domain.KeyState
 		return fresh.Check(now, l.Window, l.Cost, grace)
@@ -116,7 +133,7 @@ func check(e *entry, l *domain.Limit, now, grace int64) domain.LimitStatus {
 // held.
 func (e *entry) commitLocked(l *domain.Limit, now, grace int64, checked domain.LimitStatus) (domain.LimitStatus, bool) {
 	st := e.st.Committed(now, l.Window, l.Cost, grace, checked)
-	if c := int64(e.st.LogCap()); c > e.logCover {
+	if c := int32(e.st.LogCap()); c > e.logCover {
 		// Cover twice the capacity: the estimate stays ahead of the log
 		// until it doubles, which bounds the updates to log2(limit).
 		e.logCover = max(2*c, baseLogEntries)
@@ -125,9 +142,19 @@ func (e *entry) commitLocked(l *domain.Limit, now, grace int64, checked domain.L
 	return st, false
 }
 
-// resetLocked forgets every unit counted. Called with mu held.
-func (e *entry) resetLocked() { e.st.Reset() }
+// resetLocked forgets every unit counted and every slot held; the
+// records of leases stay, so that settling one later refunds nothing and
+// answers as it should. Called with mu held.
+func (e *entry) resetLocked() {
+	e.st.Reset()
+	if e.held != nil {
+		e.held.slots = nil
+	}
+}
 
 // releaseLocked forgets every unit counted and the log's array, for an
 // entry leaving the directory. Called with mu held.
-func (e *entry) releaseLocked() { e.st.Release() }
+func (e *entry) releaseLocked() {
+	e.st.Release()
+	e.held = nil
+}

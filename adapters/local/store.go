@@ -208,7 +208,7 @@ func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit
 		return fmt.Errorf("local: %w", err)
 	}
 	if n := len(limits); n <= 1 || n > domain.MaxLimits {
-		if err := domain.ValidateLimits(limits); err != nil {
+		if err := validate(limits, commit); err != nil {
 			return err
 		}
 	}
@@ -226,7 +226,7 @@ func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit
 	for i := range limits {
 		b.hash[i] = s.hash(limits[i].Key)
 	}
-	if err := validateMany(limits, &b.hash); err != nil {
+	if err := validateMany(limits, &b.hash, commit); err != nil {
 		return err
 	}
 	if s.closed.Load() {
@@ -237,20 +237,30 @@ func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit
 	return s.decideMany(&b, limits, t, commit, st)
 }
 
-// validateMany checks a request of several limits as domain.ValidateLimits
-// does, without its comparison of every pair of keys (a string comparison
-// per pair, the dearest part of a nine-key decision after the algorithms):
-// each limit is checked alone by domain.ValidateLimits, and duplicate keys
-// are found by their hashes. A refusal comes from domain.ValidateLimits on
-// the whole request, so that it is the same *domain.LimitError.
-func validateMany(limits []domain.Limit, hash *[domain.MaxLimits]uint64) error {
+// validate checks a request: for Evaluate (commit) by
+// domain.ValidateLimits, which refuses concurrency windows; for Peek by
+// domain.ValidateHeld, which accepts them (docs/adr/012).
+func validate(limits []domain.Limit, commit bool) error {
+	if commit {
+		return domain.ValidateLimits(limits)
+	}
+	return domain.ValidateHeld(limits)
+}
+
+// validateMany checks a request of several limits as validate does,
+// without its comparison of every pair of keys (a string comparison per
+// pair, the dearest part of a nine-key decision after the algorithms):
+// each limit is checked alone, and duplicate keys are found by their
+// hashes. A refusal comes from validate on the whole request, so that it
+// is the same *domain.LimitError.
+func validateMany(limits []domain.Limit, hash *[domain.MaxLimits]uint64, commit bool) error {
 	for i := range limits {
-		if domain.ValidateLimits(limits[i:i+1]) != nil {
-			return domain.ValidateLimits(limits)
+		if validate(limits[i:i+1], commit) != nil {
+			return validate(limits, commit)
 		}
 		for j := range i {
 			if hash[j] == hash[i] && limits[j].Key == limits[i].Key {
-				return domain.ValidateLimits(limits)
+				return validate(limits, commit)
 			}
 		}
 	}

@@ -24,13 +24,15 @@ import (
 
 // BenchmarkScriptCost measures Redis' own time per script call (INFO
 // commandstats, cmdstat_evalsha usec_per_call after CONFIG RESETSTAT) of
-// rate_limit_v2, rate_limit_v3 and the floor script that sends the same
-// commands with no logic (testdata/floor), on the request shapes of
-// docs/adr/009, at 4 callers on a dedicated server, every call admitted;
-// v3 is measured in the default configuration (ServerTime, no grace) and
-// under CallerTime with its default grace (DefaultGrace, the whole period
-// of these 100 ms windows: the worst case); then the floors of the three
-// key layouts of the layout study. It
+// rate_limit_v2, rate_limit_v3, rate_limit_v4 (the store's) and the floor
+// script that sends the same commands with no logic (testdata/floor), on
+// the request shapes of docs/adr/009, at 4 callers on a dedicated server,
+// every call admitted; v3 and v4 are measured in the default
+// configuration (ServerTime, no grace), v4 also under CallerTime with its
+// default grace (DefaultGrace, the whole period of these 100 ms windows:
+// the worst case); then the floors of the three key layouts of the layout
+// study. v3 against v4 is docs/adr/014's check that the Evaluate path of
+// v4 costs no more than v3's. It
 // prints a table; nothing is asserted about time (a shared machine is
 // noisy: compare the columns of one run).
 //
@@ -41,9 +43,10 @@ func BenchmarkScriptCost(b *testing.B) {
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, AlwaysPipelining: true, PipelineMultiplex: -1})
 	require.NoError(b, err)
 	b.Cleanup(client.Close)
-	v3 := newStore(b, redis.Config{Addrs: []string{addr}, Timeout: testTimeout})                               // the default: ServerTime, no grace
-	v3Caller := newStore(b, redis.Config{Addrs: []string{addr}, Timeout: testTimeout, Time: redis.CallerTime}) // DefaultGrace
+	v4 := newStore(b, redis.Config{Addrs: []string{addr}, Timeout: testTimeout})                               // the default: ServerTime, no grace
+	v4Caller := newStore(b, redis.Config{Addrs: []string{addr}, Timeout: testTimeout, Time: redis.CallerTime}) // DefaultGrace
 	v2 := rueidis.NewLuaScript(lua.RateLimitV2)
+	v3 := rueidis.NewLuaScript(lua.RateLimitV3)
 	floorKeys := rueidis.NewLuaScript(readFloor(b, "keys.lua"))
 	floorHash := rueidis.NewLuaScript(readFloor(b, "hash.lua"))
 
@@ -118,21 +121,25 @@ func BenchmarkScriptCost(b *testing.B) {
 			set := limits[g][i%rotation]
 			return admitted(v2.Exec(ctx, client, keys[g][i%rotation], []string{v2Args(set), "n" + strconv.FormatUint(nonce.Add(1), 36)}))
 		})
-		measure(sh.name+"/v3-caller", func(ctx context.Context, g, i int) error {
-			r, err := v3Caller.Evaluate(ctx, time.Now(), limits[g][i%rotation])
+		measure(sh.name+"/v4-caller", func(ctx context.Context, g, i int) error {
+			r, err := v4Caller.Evaluate(ctx, time.Now(), limits[g][i%rotation])
 			if err == nil && !r.Allowed {
 				err = fmt.Errorf("refused: %+v", r)
 			}
 			return err
 		})
 		measure(sh.name+"/v3", func(ctx context.Context, g, i int) error {
-			r, err := v3.Evaluate(ctx, time.Now(), limits[g][i%rotation])
+			set := limits[g][i%rotation]
+			return admitted(v3.Exec(ctx, client, keys[g][i%rotation], []string{v3Args(set), "n" + strconv.FormatUint(nonce.Add(1), 36)}))
+		})
+		measure(sh.name+"/v4", func(ctx context.Context, g, i int) error {
+			r, err := v4.Evaluate(ctx, time.Now(), limits[g][i%rotation])
 			if err == nil && !r.Allowed {
 				err = fmt.Errorf("refused: %+v", r)
 			}
 			return err
 		})
-		// The floor writes values as long as v3's in the default
+		// The floor writes values as long as v4's in the default
 		// configuration (the run just before), on average: the same bytes
 		// through MGET and SET.
 		size := meanStrlen(b, addr, keys)
@@ -175,11 +182,11 @@ func BenchmarkScriptCost(b *testing.B) {
 
 	var table strings.Builder
 	table.WriteString("\nRedis µs per call (cmdstat_evalsha usec_per_call, 4 callers)\n" +
-		"| shape | v2 | v3 (ServerTime, no grace) | v3 (CallerTime, grace) | floor | v3/floor | v3 caller/floor | v2/floor | string value bytes |\n" +
-		"|---|---|---|---|---|---|---|---|---|\n")
+		"| shape | v2 | v3 (ServerTime, no grace) | v4 (ServerTime, no grace) | v4 (CallerTime, grace) | floor | v4/v3 | v4/floor | v3/floor | v4 caller/floor | v2/floor | string value bytes |\n" +
+		"|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, sh := range shapes {
-		v2, v3, ct, fl := results[sh.name+"/v2"], results[sh.name+"/v3"], results[sh.name+"/v3-caller"], results[sh.name+"/floor"]
-		fmt.Fprintf(&table, "| %s | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %d |\n", sh.name, v2, v3, ct, fl, v3/fl, ct/fl, v2/fl, sizes[sh.name])
+		v2, v3, v4, ct, fl := results[sh.name+"/v2"], results[sh.name+"/v3"], results[sh.name+"/v4"], results[sh.name+"/v4-caller"], results[sh.name+"/floor"]
+		fmt.Fprintf(&table, "| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %d |\n", sh.name, v2, v3, v4, ct, fl, v4/v3, v4/fl, v3/fl, ct/fl, v2/fl, sizes[sh.name])
 	}
 	table.WriteString("| layout floor | µs |\n|---|---|\n")
 	for _, name := range []string{"layout/window-keys-9", "layout/principal-keys-5", "layout/hash-fields-9"} {
@@ -256,7 +263,25 @@ func v2Args(limits []domain.Limit) string {
 	return string(p)
 }
 
-// admitted returns the error of a v2 reply, or one if it refused.
+// v3Args packs ARGV[1] of rate_limit_v3 for limits on the server's
+// clock, as the store packed it when it ran v3 (no grace, one request).
+func v3Args(limits []domain.Limit) string {
+	p := binary.BigEndian.AppendUint64(nil, 0)
+	p = append(p, 3) // consume, server time
+	p = binary.BigEndian.AppendUint32(p, 1000)
+	p = binary.BigEndian.AppendUint32(p, redis.CompactLogMaxLimit)
+	p = binary.BigEndian.AppendUint64(p, 0)
+	p = binary.BigEndian.AppendUint32(p, 1)
+	for _, l := range limits {
+		p = append(p, byte(l.Window.Algorithm))
+		p = binary.BigEndian.AppendUint32(p, uint32(l.Window.Limit))
+		p = binary.BigEndian.AppendUint64(p, uint64(l.Window.PeriodMicros()))
+		p = binary.BigEndian.AppendUint32(p, uint32(l.Cost))
+	}
+	return string(p)
+}
+
+// admitted returns the error of a v2 or v3 reply, or one if it refused.
 func admitted(r rueidis.RedisResult) error {
 	v, err := r.ToArray()
 	if err != nil {
@@ -295,9 +320,10 @@ func evalshaMicros(b *testing.B, addr string) float64 {
 }
 
 // BenchmarkScriptLoop measures the scripts' own time per call inside
-// Redis: testdata/floor/loop.lua runs rate_limit_v2, rate_limit_v3 (the
-// default, no grace, and with DefaultGrace as under CallerTime) and the
-// floor on the shapes of BenchmarkScriptCost, in alternating batches of
+// Redis: testdata/floor/loop.lua runs rate_limit_v2, rate_limit_v3 and
+// rate_limit_v4 (the default, no grace, and with DefaultGrace as under
+// CallerTime; v4's Evaluate takes v3's arguments) and the floor on the
+// shapes of BenchmarkScriptCost, in alternating batches of
 // one EVAL, on a simulated clock. Without the client, the network and the
 // dispatch sharing the two cores, its figures move far less between runs
 // than BenchmarkScriptCost's, and they are what a change of the script
@@ -316,10 +342,13 @@ func BenchmarkScriptLoop(b *testing.B) {
 	src := "local CONTENDERS = {\n" +
 		contender("v2", 2, lua.RateLimitV2) +
 		contender("v3", 3, lua.RateLimitV3) +
+		contender("v4", 3, lua.RateLimitV4) +
 		contender("v3-grace", 3, lua.RateLimitV3) +
+		contender("v4-grace", 3, lua.RateLimitV4) +
 		contender("floor", 0, readFloor(b, "keys.lua")) +
 		"}\n" + readFloor(b, "loop.lua")
-	graces := "0," + strconv.FormatInt(redis.DefaultGrace.Microseconds(), 10)
+	dg := strconv.FormatInt(redis.DefaultGrace.Microseconds(), 10)
+	graces := "0,0," + dg + "," + dg
 	small := domain.Window{Limit: 1000, Period: 100 * time.Millisecond, Algorithm: domain.SlidingLog}
 	big := domain.Window{Limit: 50_000, Period: time.Second, Algorithm: domain.SlidingLog}
 	huge := domain.Window{Limit: domain.MaxLimit, Period: time.Hour, Algorithm: domain.GCRA}
@@ -334,8 +363,8 @@ func BenchmarkScriptLoop(b *testing.B) {
 	}
 	var table strings.Builder
 	table.WriteString("\nRedis µs per call inside one EVAL (least / median of 31 batches of 300 calls)\n" +
-		"| shape | v2 | v3 (no grace) | v3 (DefaultGrace) | floor | v3/floor | v3 grace/floor | v2/floor | string value bytes |\n" +
-		"|---|---|---|---|---|---|---|---|---|\n")
+		"| shape | v2 | v3 (no grace) | v4 (no grace) | v3 (DefaultGrace) | v4 (DefaultGrace) | floor | v4/v3 | v4 grace/v3 grace | v4/floor | v3/floor | v2/floor | string value bytes |\n" +
+		"|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, sh := range shapes {
 		var per []byte
 		for _, w := range sh.windows {
@@ -367,8 +396,12 @@ func BenchmarkScriptLoop(b *testing.B) {
 			ratio := func(name string) string {
 				return fmt.Sprintf("%.2f / %.2f", fig[name][0]/fig["floor"][0], fig[name][1]/fig["floor"][1])
 			}
-			fmt.Fprintf(&table, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", sh.name,
-				cell("v2"), cell("v3"), cell("v3-grace"), cell("floor"), ratio("v3"), ratio("v3-grace"), ratio("v2"), bytes)
+			versus := func(a, b string) string {
+				return fmt.Sprintf("%.2f / %.2f", fig[a][0]/fig[b][0], fig[a][1]/fig[b][1])
+			}
+			fmt.Fprintf(&table, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", sh.name,
+				cell("v2"), cell("v3"), cell("v4"), cell("v3-grace"), cell("v4-grace"), cell("floor"),
+				versus("v4", "v3"), versus("v4-grace", "v3-grace"), ratio("v4"), ratio("v3"), ratio("v2"), bytes)
 		}
 	}
 	b.Log(table.String())

@@ -430,9 +430,13 @@ func TestCrossSlotIsRefusedBeforeSending(t *testing.T) {
 		srv, s := newDedicated(t, redis.Config{})
 		_, partitioned := s.Partition(limits[0].Key)
 		require.False(t, partitioned)
+		_, err := s.Peek(t.Context(), time.Now(), limits[:1]) // loads the script
+		require.NoError(t, err)
+		before := scriptCalls(t, srv.Addr())
 		res, err := s.Evaluate(t.Context(), time.Now(), limits)
 		require.NoError(t, err)
 		assert.True(t, res.Allowed)
+		assert.Equal(t, before+1, scriptCalls(t, srv.Addr()), "one script call")
 		assert.Equal(t, int64(2), do(t, srv.Addr(), "DBSIZE"), "both keys in one call")
 	})
 	t.Run("cluster", func(t *testing.T) {
@@ -863,7 +867,7 @@ func TestConfigValidate(t *testing.T) {
 // after a flush.
 func TestNewLoadsTheScriptOnEveryNode(t *testing.T) {
 	exists := func(addr string) int64 {
-		v := do(t, addr, "SCRIPT", "EXISTS", lua.RateLimitV3SHA1)
+		v := do(t, addr, "SCRIPT", "EXISTS", lua.RateLimitV4SHA1)
 		list, ok := v.([]any)
 		require.True(t, ok, "SCRIPT EXISTS reply %T", v)
 		require.Len(t, list, 1)
