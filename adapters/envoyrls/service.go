@@ -62,7 +62,7 @@ type planned struct {
 	index int
 	// slot is the descriptor's window in its kind's counted decision
 	// (enforced or shadow; -1 for a check), checkSlot in its check;
-	// several descriptors with one subject and window share one.
+	// several descriptors with one subject, scope and window share one.
 	slot, checkSlot int
 }
 
@@ -158,8 +158,8 @@ func (s *Service) decide(ctx context.Context, resp *rlsv3.RateLimitResponse, d *
 	return nil
 }
 
-// addWindow adds p's window to wr, merging a descriptor whose subject and
-// window are already there, and returns its index. Merged hits add up
+// addWindow adds p's window to wr, merging a descriptor whose subject,
+// scope and window are already there, and returns its index. Merged hits add up
 // (envoyproxy/ratelimit increments the key twice); a check, added after
 // the descriptors that count, asks for one hit, which any cost covers.
 func addWindow(wr *app.WindowsRequest, p *planned) int {
