@@ -191,3 +191,37 @@ func TestSplitStoreErrorOnOneSide(t *testing.T) {
 	}
 	assert.Equal(t, map[ports.StoreOp]int{ports.OpReserve: 4, ports.OpSettle: 1}, ops, "every side's call recorded")
 }
+
+// TestSplitRefusalIsRemembered: a refusal decided across partitions is
+// repeated by the refusal cache as a one-call refusal is (docs/adr/013):
+// its limiting window refused on its own side, the others hold nothing
+// once released, so until its retry-after the store could only refuse.
+// The repeat calls no store and consumes nothing; once the window slides,
+// the store decides again.
+func TestSplitRefusalIsRemembered(t *testing.T) {
+	store := newMemReserver(true)
+	r := newRigOn(t, ipConfig(), store)
+	req := app.Request{Route: "GET /search", ClientIP: rawIP, User: "erin"}
+	for range 5 {
+		require.Equal(t, domain.Allowed, r.eval(t, req).State)
+	}
+	d := r.eval(t, req)
+	require.Equal(t, domain.Throttled, d.State)
+	require.Equal(t, domain.SourcePrimary, d.Source)
+	reserves, settles := store.calls[ports.OpReserve].Load(), store.calls[ports.OpSettle].Load()
+	for range 10 {
+		d = r.eval(t, req)
+		assert.Equal(t, domain.Throttled, d.State)
+		assert.Equal(t, domain.SourceRefusalCache, d.Source)
+		assert.Equal(t, domain.DimensionUser, d.LimitingDimension)
+	}
+	assert.Equal(t, reserves, store.calls[ports.OpReserve].Load(), "no store call")
+	assert.Equal(t, settles, store.calls[ports.OpSettle].Load())
+	p, err := r.l.Peek(context.Background(), app.Request{Route: "GET /search", ClientIP: rawIP})
+	require.NoError(t, err)
+	assert.Equal(t, int64(15), p.Remaining, "the ip holds erin's 5 admitted requests only")
+	r.clock.Advance(d.RetryAfter)
+	d = r.eval(t, req)
+	assert.Equal(t, domain.Allowed, d.State)
+	assert.Equal(t, domain.SourcePrimary, d.Source)
+}

@@ -481,13 +481,13 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 		ev.d.State, ev.d.Cause, ev.d.Remaining = domain.Allowed, domain.CauseNoWindow, -1
 		return
 	}
-	if parts := l.partitions(ev); parts.n > 1 {
-		// Neither coalesced nor repeated from the refusal cache: each
-		// side is a reservation of its own (docs/adr/013).
-		l.runSplit(ctx, ev, &parts)
+	if l.refusals.repeat(ev) {
 		return
 	}
-	if l.refusals.repeat(ev) {
+	if parts := l.partitions(ev); parts.n > 1 {
+		// Not coalesced: each side is a reservation of its own
+		// (docs/adr/013).
+		l.runSplit(ctx, ev, &parts)
 		return
 	}
 	// The breaker of the node that serves the keys (docs/adr/008).

@@ -170,10 +170,17 @@ func (r *Reservation) Finish(ctx context.Context, o Outcome) (domain.Settlement,
 // domain.AlreadySettled; a lease that had expired returns domain.Expired.
 // A Settle that failed (the store did not answer) may be retried; the
 // lease otherwise expires and counts at the cost reserved.
+//
+// Settle runs under the store deadline whatever ctx's cancellation (ctx's
+// values are kept, for tracing): an entry point settles once the response
+// is out, often with the request's context, which ends when the client
+// goes away, and a request whose client left must still give its slots
+// back.
 func (r *Reservation) Settle(ctx context.Context, actual int64) (domain.Settlement, error) {
 	if err := domain.ValidateActual(actual); err != nil {
 		return 0, err
 	}
+	ctx = context.WithoutCancel(ctx)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {

@@ -232,6 +232,9 @@ func (m *memReserver) Settle(ctx context.Context, now time.Time, lease domain.Le
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.failTag != "" && len(limits) > 0 && hashTag(limits[0].Key) == m.failTag {
+		return 0, fmt.Errorf("%w: injected on one partition", domain.ErrStoreUnavailable)
+	}
 	rec := m.leases[lease.ID]
 	at := now.UnixMicro()
 	switch {

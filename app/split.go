@@ -21,7 +21,9 @@ import (
 // group admits, Evaluate leaves its short leases (Config.SplitLeaseTTL)
 // to expire, which counts them at the cost reserved, and Reserve keeps
 // them all in its Reservation. One round trip when the request passes,
-// two when it is refused.
+// two when it is refused. Not coalesced; a refusal is remembered by the
+// refusal cache as a one-call refusal is (docs/adr/013 says why that
+// stays exact).
 
 // partitionSet groups an evaluation's limits by the store partition their
 // keys fall in.
@@ -122,6 +124,7 @@ func (l *Limiter) runSplit(ctx context.Context, ev *evaluation, ps *partitionSet
 	if ev.mode == modeReserve {
 		ttl = ev.ttl // the leases are the reservation's
 	}
+	gen := l.refusals.generation()
 	took, terr := l.onSides(ctx, sides, ports.OpReserve, func(ctx context.Context, s *side) (err error) {
 		s.res, s.lease, err = l.reserver.Reserve(ctx, ev.now, s.limits, ttl)
 		return err
@@ -147,6 +150,12 @@ func (l *Limiter) runSplit(ctx context.Context, ev *evaluation, ps *partitionSet
 	}
 	res := joinSides(ev, sides)
 	l.fromResult(ev, &res, domain.SourcePrimary)
+	if !allowed && !heldRefused(ev, &res) {
+		// As exact as a one-call refusal (docs/adr/013): the limiting
+		// window refused at ev.now on its own side, and the others hold
+		// nothing once released.
+		l.refusals.remember(ev, &res, gen)
+	}
 	if allowed && ev.mode == modeReserve {
 		parts := make([]heldPart, len(sides))
 		for i, s := range sides {

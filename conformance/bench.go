@@ -17,7 +17,9 @@ import (
 // sustained) and 9 keys (four dimensions by two windows plus the
 // tenant-global key), for each algorithm, from one goroutine (Serial) and
 // from GOMAXPROCS goroutines on the same keys (Parallel, the hot-tenant
-// case); and Peek with 9 keys.
+// case); and Peek with 9 keys. A store that implements ports.Reserver is
+// measured on reservations too: Reserve then Settle (a full refund) of a
+// concurrency window with 1 or 8 rate windows, serial.
 //
 // newStore is called once per sub-benchmark with the sub-benchmark's
 // *testing.B and registers its own cleanup, as with Run. Every call is admitted in the serial runs: each key allows
@@ -41,6 +43,60 @@ func Benchmark(b *testing.B, newStore func(t testing.TB) ports.Store) {
 	}
 	for _, a := range algorithms {
 		b.Run(fmt.Sprintf("Peek/%s/%s/Serial", a, keysName(9)), func(b *testing.B) { benchmarkCalls(b, newStore(b), a, 9, false, false) })
+	}
+	for _, n := range []int{2, 9} {
+		for _, a := range algorithms {
+			b.Run(fmt.Sprintf("ReserveSettle/%s/%s/Serial", a, keysName(n)), func(b *testing.B) {
+				store := newStore(b)
+				if _, ok := store.(ports.Reserver); !ok {
+					b.Skip("the store does not implement ports.Reserver")
+				}
+				benchmarkReserveSettle(b, store, a, n)
+			})
+		}
+	}
+}
+
+// benchmarkReserveSettle measures one Reserve and its Settle (actual 0:
+// every rate window refunded) per op, on a concurrency window of 100
+// slots and n-1 rate windows of algorithm a, the scripted clock moving
+// benchmarkStep per op.
+func benchmarkReserveSettle(b *testing.B, store ports.Store, a domain.Algorithm, n int) {
+	rs := store.(ports.Reserver)
+	ns := newNamespace(b)
+	limits := make([]domain.Limit, n)
+	limits[0] = domain.Limit{Key: "conf:{" + ns + "}:bench:c", Window: domain.Window{Name: "c", Limit: 100, Period: time.Minute, Algorithm: domain.Concurrency}, Cost: 1}
+	w := domain.Window{Name: "bench", Limit: 100, Period: time.Second, Algorithm: a}
+	for i := 1; i < n; i++ {
+		limits[i] = domain.Limit{Key: "conf:{" + ns + "}:bench:" + strconv.Itoa(i), Window: w, Cost: 1}
+	}
+	b.Cleanup(func() {
+		for _, l := range limits {
+			_ = store.Reset(context.Background(), l.Key)
+		}
+	})
+	ctx := context.Background()
+	now := time.Now().Truncate(time.Second)
+	var refused int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		now = now.Add(benchmarkStep)
+		r, lease, err := rs.Reserve(ctx, now, limits, time.Minute)
+		if err != nil {
+			b.Fatalf("Reserve: %v", err)
+		}
+		if !r.Allowed {
+			refused++
+			continue
+		}
+		if _, err := rs.Settle(ctx, now, lease, limits, 0); err != nil {
+			b.Fatalf("Settle: %v", err)
+		}
+	}
+	b.StopTimer()
+	if b.N > 0 {
+		b.ReportMetric(float64(refused)/float64(b.N), "refused/op")
 	}
 }
 

@@ -432,7 +432,8 @@ func concurrencyWindowHoldsAtMostLimit(e *env) {
 	r, _ = e.reserve("E", e.t0, m, c)
 	e.checkStatus("E", r.Status(0), status{allowed: true, remaining: 0, resetAfter: 2 * m})
 	e.settle("settle B again", e.t0, b, 1, domain.AlreadySettled, c)
-	e.checkStatus("peek after settling B twice", e.peek("peek", e.t0, c).Status(0), full2(m))
+	// A, C and E hold the 3 slots (leases of 1m, 2m and 1m).
+	e.checkStatus("peek after settling B twice", e.peek("peek", e.t0, c).Status(0), status{remaining: 0, retryAfter: m, resetAfter: 2 * m})
 	// Cost > 1 takes that many slots.
 	five := concurrency(5)
 	k := e.key("five")
@@ -444,10 +445,6 @@ func concurrencyWindowHoldsAtMostLimit(e *env) {
 		e.t.Errorf("2 more of 5 with 3 held: allowed %t remaining %d, want admitted with 0 remaining", r.Allowed, r.Remaining)
 	}
 }
-
-// full2 is the window of concurrencyWindowHoldsAtMostLimit once A, C and
-// E hold its 3 slots (leases of 1m, 2m and 1m).
-func full2(m time.Duration) status { return status{remaining: 0, retryAfter: m, resetAfter: 2 * m} }
 
 func concurrencySlotsComeBackAtLeaseExpiry(e *env) {
 	if e.reserver() == nil {
@@ -633,7 +630,7 @@ func reservationsUnderContentionAreExact(e *env) {
 		failures = append(failures, s)
 		mu.Unlock()
 	}
-	answers := e.releaseTogether(contenders, func(i int) (domain.Result, error) {
+	e.releaseTogether(contenders, func(i int) (domain.Result, error) {
 		rnd := rand.New(rand.NewPCG(uint64(i), 18))
 		// Each goroutine tries until rounds of its reservations were
 		// admitted, or it gave up after tries attempts.
@@ -677,7 +674,6 @@ func reservationsUnderContentionAreExact(e *env) {
 		}
 		return domain.Result{}, nil
 	})
-	_ = answers
 	for _, f := range failures {
 		e.t.Errorf("%s", f)
 	}

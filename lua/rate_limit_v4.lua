@@ -69,7 +69,9 @@
 -- moves its TAT, capped at now + MaxPeriod), d < 0 refunds -d units in
 -- the algorithm the key is stored in: a log loses up to -d of the units
 -- stamped at the lease's instant (a compact log's units at that instant,
--- a ZSET log's members ID..":"..k) unless they left the window, a GCRA
+-- a ZSET log's members ID..":"..k, then, should they have been renamed
+-- by a rewrite, other members at that instant) unless they left the
+-- window, a GCRA
 -- TAT moves back -d of the intervals it was written with, never before
 -- now. Every concurrency key loses the lease's members; the record is
 -- marked settled.
@@ -237,8 +239,9 @@ if leased then
   end
   -- cmd on key with the lease's members ID:from..ID:to, each after
   -- score when given, after opt when given; in batches of 500, as Lua's
-  -- stack bounds unpack.
+  -- stack bounds unpack. Returns the sum of the replies.
   members = function(cmd, key, opt, score, from, to)
+    local sum = 0
     for k0 = from, to, 500 do
       local args, m = {}, 0
       if opt then
@@ -252,8 +255,9 @@ if leased then
         m = m + 1
         args[m] = lid .. ':' .. k
       end
-      redis.call(cmd, key, unpack(args))
+      sum = sum + redis.call(cmd, key, unpack(args))
     end
+    return sum
   end
   if op > 1 then
     local r = redis.pcall('GET', lkey)
@@ -727,7 +731,17 @@ if op == 2 then
             redis.call('SET', key, sub(v, 1, 1 + 7 * (hi - k)) .. sub(v, 2 + 7 * hi), 'KEEPTTL')
           end
         else
-          members('ZREM', key, false, false, c + d + 1, c)
+          -- The lease's own members; then, for a log rewritten as a
+          -- ZSET since (its members renamed), units at its instant.
+          local left = -d - members('ZREM', key, false, false, c + d + 1, c)
+          while left > 0 do
+            local z = redis.call('ZRANGEBYSCORE', key, leaseAt, leaseAt, 'LIMIT', 0, math.min(left, 500))
+            if #z == 0 then
+              break
+            end
+            redis.call('ZREM', key, unpack(z))
+            left = left - #z
+          end
         end
       end
     end

@@ -194,7 +194,11 @@ func (s *Store) hold(b *batch, limits []domain.Limit, t int64, lease domain.Leas
 	if h.leases == nil {
 		h.leases = make(map[string]leaseRecord)
 	}
-	h.prune(t - s.grace)
+	if int32(len(h.slots)+len(h.leases)) >= h.cover {
+		// Before the estimate grows, forget what ended: a sweep at each
+		// doubling keeps a reservation O(1), amortised.
+		h.prune(t - s.grace)
+	}
 	h.leases[lease.ID] = leaseRecord{expiry: expiry}
 	if h.grown() {
 		b.after[0] |= afterRecost

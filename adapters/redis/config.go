@@ -187,8 +187,9 @@ type Config struct {
 	TLS *tls.Config
 	// Mode is standalone, cluster, or auto-detected (the default).
 	Mode Mode
-	// Timeout bounds a call (Evaluate, Peek, Reset) whose context has no
-	// deadline, i.e. a store called directly; 0 means DefaultTimeout. A
+	// Timeout bounds a call (Evaluate, Peek, Reset, Reserve, Settle,
+	// Renew) whose context has no deadline, i.e. a store called
+	// directly; 0 means DefaultTimeout. A
 	// context with a deadline (app.Limiter sets app.Config.StoreTimeout on
 	// every decision) is the call's only deadline: the store adds none, so
 	// the deadline a user configures is the one that holds, longer or

@@ -28,9 +28,9 @@ import (
 // expiry: a holder that dies leaves members that stop counting at their
 // expiry, with no process to sweep them.
 
-// leaseKeyPrefix starts the key of every lease record. The record's hash
-// tag is the first limit key's, so that it shares that key's slot.
-const leaseKeyPrefix = "sluice:lease:"
+// leaseKeyInfix joins the first limit key and the lease ID in the name of
+// a lease record.
+const leaseKeyInfix = ":lease:"
 
 // Settle's replies (lua.RateLimitV4, op 2).
 const (
@@ -40,17 +40,22 @@ const (
 )
 
 // leaseKey returns the record key of lease id reserved on a request whose
-// first key is first: first's hash tag, or first itself as the tag when
-// it has none (the record then hashes as first does). A key without a tag
-// that holds a '}' cannot be wrapped in braces and keep its slot: it is
-// refused with a *domain.LimitError.
+// first key is first: first itself, then ":lease:" and the ID, when first
+// has a hash tag (every sluice key does, docs/adr/004): the record keeps
+// the tag, hence the slot, and the key's prefix, hence whatever an ACL
+// (the runbook's "~rl:*") or a SCAN pattern grants the request's keys.
+// Without a tag, first is wrapped in braces, which hashes it as before.
+// A key without a tag that holds a '}' cannot be wrapped and keep its
+// slot: it is refused with a *domain.LimitError.
 func leaseKey(first, id string) (string, error) {
-	tag := hashTag(first)
-	if tag == first && strings.IndexByte(first, '}') >= 0 {
+	if hashTag(first) != first {
+		return first + leaseKeyInfix + id, nil
+	}
+	if strings.IndexByte(first, '}') >= 0 {
 		return "", &domain.LimitError{Index: 0, Field: "key",
 			Reason: "a reservation's first key needs a {hash tag} when it holds a '}': its lease record must share the key's slot"}
 	}
-	return leaseKeyPrefix + "{" + tag + "}:" + id, nil
+	return "{" + first + "}" + leaseKeyInfix + id, nil
 }
 
 // newLeaseID returns domain.LeaseIDLen lowercase hex characters of

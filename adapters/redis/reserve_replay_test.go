@@ -161,3 +161,59 @@ func replayReservations(t *testing.T, s *redis.Store, seq uint64, windows, morph
 		require.NoError(t, s.Reset(t.Context(), k))
 	}
 }
+
+// TestRefundAfterTheKeyChangedAlgorithm: a key reserved under one
+// algorithm and rewritten under the other before its Settle gives back
+// what its stored state still holds, in the algorithm it is stored in
+// (domain.KeyState.Refund), on Redis as on the reference store: a GCRA
+// state moves its TAT back in the interval it was written with, a log
+// loses units stamped at the lease's instant.
+func TestRefundAfterTheKeyChangedAlgorithm(t *testing.T) {
+	t0 := time.Now().Truncate(time.Second)
+	cases := []struct {
+		name              string
+		reserved, rewrote domain.Window
+	}{
+		{"GCRAThenLog", gcra(10, 10*time.Second), sliding(10, 10*time.Second)},
+		{"LogThenGCRA", sliding(10, 10*time.Second), gcra(10, 10*time.Second)},
+		{"GCRAThenGCRAOfAnotherInterval", gcra(10, 10*time.Second), gcra(4, 10*time.Second)},
+		{"LogThenZSetLog", sliding(10, 10*time.Second), sliding(redis.CompactLogMaxLimit+10, 10*time.Second)},
+	}
+	for _, topo := range topologies {
+		cfg := topo.cfg(t)
+		cfg.Grace, cfg.MinTTL = conformance.ReferenceGrace, time.Minute
+		s := newStore(t, cfg)
+		for _, c := range cases {
+			t.Run(topo.name+"/"+c.name, func(t *testing.T) {
+				ref := conformance.NewReferenceStore()
+				key := "chg:{" + tag(t) + "}:k"
+				reserved := []domain.Limit{{Key: key, Window: c.reserved, Cost: 4}}
+				rewrote := []domain.Limit{{Key: key, Window: c.rewrote, Cost: 1}}
+				_, wl, err := ref.(ports.Reserver).Reserve(t.Context(), t0, reserved, time.Minute)
+				require.NoError(t, err)
+				_, gl, err := s.Reserve(t.Context(), t0, reserved, time.Minute)
+				require.NoError(t, err)
+				at := t0.Add(time.Second)
+				want, err := ref.Evaluate(t.Context(), at, rewrote)
+				require.NoError(t, err)
+				got, err := s.Evaluate(t.Context(), at, rewrote)
+				require.NoError(t, err)
+				require.Equal(t, want, got, "the rewrite")
+				at = at.Add(time.Second)
+				ws, err := ref.(ports.Reserver).Settle(t.Context(), at, wl, reserved, 1)
+				require.NoError(t, err)
+				gs, err := s.Settle(t.Context(), at, gl, reserved, 1)
+				require.NoError(t, err)
+				require.Equal(t, ws, gs)
+				for _, w := range []domain.Window{c.reserved, c.rewrote} {
+					one := []domain.Limit{{Key: key, Window: w, Cost: 1}}
+					want, err := ref.Peek(t.Context(), at, one)
+					require.NoError(t, err)
+					got, err := s.Peek(t.Context(), at, one)
+					require.NoError(t, err)
+					require.Equal(t, want, got, "after the refund, read under %s %d", w.Algorithm, w.Limit)
+				}
+			})
+		}
+	}
+}

@@ -2,6 +2,8 @@ package redis_test
 
 import (
 	"fmt"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/adapters/redis"
 	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/ports"
 )
 
@@ -352,4 +355,154 @@ func TestPartition(t *testing.T) {
 		assert.False(t, ok)
 		assert.Zero(t, p)
 	}
+}
+
+// TestReservationKeysAndTTLs, on a dedicated server: a reservation writes
+// its keys and one lease record in their slot, nothing else (a refused
+// one and a Peek nothing at all); the concurrency key lives until its
+// latest expiry plus the grace, the record for its TTL plus the margin;
+// Settle keeps the record's TTL; Renew extends both.
+func TestReservationKeysAndTTLs(t *testing.T) {
+	srv, s := newDedicated(t, redis.Config{Grace: 2 * time.Second})
+	now := time.Now()
+	limits := []domain.Limit{
+		{Key: "res:{k}:conc", Window: concurrency(1, 30*time.Second), Cost: 1},
+		{Key: "res:{k}:rate", Window: sliding(5, time.Minute), Cost: 1},
+	}
+	_, err := s.Peek(t.Context(), now, limits)
+	require.NoError(t, err)
+	r, lease, err := s.Reserve(t.Context(), now, limits, 30*time.Second)
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	r, _, err = s.Reserve(t.Context(), now, limits, 30*time.Second)
+	require.NoError(t, err)
+	require.False(t, r.Allowed)
+	record := "res:{k}:conc:lease:" + lease.ID
+	keys := do(t, srv.Addr(), "KEYS", "*").([]any)
+	var got []string
+	for _, k := range keys {
+		got = append(got, k.(string))
+	}
+	slices.Sort(got)
+	require.Equal(t, []string{"res:{k}:conc", record, "res:{k}:rate"}, got)
+	assert.Equal(t, redis.Slot("res:{k}:conc"), redis.Slot(record))
+
+	pttl := func(k string) int64 { return do(t, srv.Addr(), "PTTL", k).(int64) }
+	assert.InDelta(t, 32_000, pttl("res:{k}:conc"), 1000, "latest expiry plus the grace")
+	assert.InDelta(t, 60_000, pttl(record), 1000, "TTL plus min(TTL, 1 min)")
+	members := do(t, srv.Addr(), "ZRANGE", "res:{k}:conc", "0", "-1", "WITHSCORES").([]any)
+	require.Equal(t, []any{lease.ID + ":1", strconv.FormatInt(lease.At.UnixMicro()+30_000_000, 10)}, members)
+
+	_, err = s.Renew(t.Context(), now.Add(10*time.Second), lease, limits, 50*time.Second)
+	require.NoError(t, err)
+	assert.InDelta(t, 52_000, pttl("res:{k}:conc"), 1000, "renewed: 50 s from the renewal, plus the grace")
+	assert.InDelta(t, 100_000, pttl(record), 1000, "renewed: 50 s plus the margin")
+
+	before := pttl(record)
+	got2, err := s.Settle(t.Context(), now.Add(11*time.Second), lease, limits, 1)
+	require.NoError(t, err)
+	require.Equal(t, domain.Settled, got2)
+	assert.InDelta(t, before, pttl(record), 1000, "Settle keeps the record's TTL")
+	assert.Equal(t, int64(0), do(t, srv.Addr(), "ZCARD", "res:{k}:conc"), "the slot is back")
+}
+
+// TestReservationForeignValues: a concurrency key holding a string or a
+// LIST, and a lease record sluice did not write, fail that call with a
+// *domain.StoreValueError naming the key, and nothing is written.
+func TestReservationForeignValues(t *testing.T) {
+	srv, s := newDedicated(t, redis.Config{})
+	now := time.Now()
+	conc := domain.Limit{Key: "fv:{f}:conc", Window: concurrency(2, time.Minute), Cost: 1}
+	rate := domain.Limit{Key: "fv:{f}:rate", Window: sliding(5, time.Minute), Cost: 1}
+	for _, set := range [][]string{{"SET", conc.Key, "x"}, {"RPUSH", conc.Key, "x"}, {"ZADD", conc.Key, "inf", "m"}} {
+		t.Run(set[0], func(t *testing.T) {
+			do(t, srv.Addr(), "DEL", conc.Key, rate.Key)
+			do(t, srv.Addr(), set...)
+			for name, call := range map[string]func() error{
+				"reserve": func() error {
+					_, _, err := s.Reserve(t.Context(), now, []domain.Limit{rate, conc}, time.Minute)
+					return err
+				},
+				"peek": func() error { _, err := s.Peek(t.Context(), now, []domain.Limit{rate, conc}); return err },
+			} {
+				err := call()
+				var ve *domain.StoreValueError
+				require.ErrorAs(t, err, &ve, name)
+				assert.Equal(t, 1, ve.Index, name)
+				assert.Equal(t, conc.Key, ve.Key, name)
+				assert.Equal(t, int64(0), do(t, srv.Addr(), "EXISTS", rate.Key), "%s wrote the rate key", name)
+			}
+		})
+	}
+	t.Run("LeaseRecord", func(t *testing.T) {
+		do(t, srv.Addr(), "DEL", conc.Key, rate.Key)
+		limits := []domain.Limit{rate, conc}
+		_, lease, err := s.Reserve(t.Context(), now, limits, time.Minute)
+		require.NoError(t, err)
+		record := rate.Key + ":lease:" + lease.ID
+		do(t, srv.Addr(), "SET", record, "not a record")
+		_, err = s.Settle(t.Context(), now, lease, limits, 0)
+		var ve *domain.StoreValueError
+		require.ErrorAs(t, err, &ve)
+		assert.Equal(t, -1, ve.Index)
+		assert.Equal(t, record, ve.Key)
+		p, err := s.Peek(t.Context(), now, limits)
+		require.NoError(t, err)
+		assert.Equal(t, int64(4), p.Status(0).Remaining, "nothing refunded")
+		assert.Equal(t, int64(1), p.Status(1).Remaining, "the slot still held")
+	})
+}
+
+// TestReservationsUnderFormatV2: while v2 instances share the keys
+// (Format: FormatV2), a reservation and its settlement write GCRA as a
+// bare TAT too, which v2 then reads.
+func TestReservationsUnderFormatV2(t *testing.T) {
+	addr := redistest.Standalone(t)
+	cfg := topologies[0].cfg(t)
+	cfg.Format = redis.FormatV2
+	s := newStore(t, cfg)
+	now := time.Now().Truncate(time.Second)
+	limits := []domain.Limit{{Key: "v2r:{" + tag(t) + "}:g", Window: gcra(10, 10*time.Second), Cost: 4}}
+	for _, actual := range []int64{1, 7} {
+		_, lease, err := s.Reserve(t.Context(), now, limits, time.Minute)
+		require.NoError(t, err)
+		require.NotEmpty(t, lease.ID)
+		_, err = strconv.ParseInt(do(t, addr, "GET", limits[0].Key).(string), 10, 64)
+		require.NoError(t, err, "Reserve wrote GCRA bare")
+		got, err := s.Settle(t.Context(), now, lease, limits, actual)
+		require.NoError(t, err)
+		require.Equal(t, domain.Settled, got)
+		tat, err := strconv.ParseInt(do(t, addr, "GET", limits[0].Key).(string), 10, 64)
+		require.NoError(t, err, "Settle wrote GCRA bare")
+		_, err = v2Evaluate(t, addr, now, []domain.Limit{{Key: limits[0].Key, Window: limits[0].Window, Cost: 1}})
+		require.NoError(t, err, "v2 reads what the reservation left")
+		require.Greater(t, tat, now.UnixMicro())
+	}
+}
+
+// TestReservationsUnderTheRunbooksACL: under the least-privilege ACL user
+// the runbook gives ("~rl:*"), a reservation's lease record lies among
+// the keys the user may touch: it extends the request's first key, so
+// Reserve, Renew and Settle work wherever Evaluate does.
+func TestReservationsUnderTheRunbooksACL(t *testing.T) {
+	srv := redistest.NewServerWith(t, redistest.Config{Users: []redistest.User{{Name: "sluice", Password: "Acl-Lease-5e2d",
+		Rules: []string{"~rl:*", "+@all", "-@dangerous", "+info"}}}})
+	s := newStore(t, redis.Config{URL: srv.URLWith("sluice", "Acl-Lease-5e2d"), Timeout: testTimeout, Time: redis.CallerTime})
+	now := time.Now()
+	limits := []domain.Limit{
+		{Key: "rl:{t}:user:u:r:w", Window: sliding(5, time.Minute), Cost: 2},
+		{Key: "rl:{t}:user:u:r:c", Window: concurrency(1, time.Minute), Cost: 1},
+	}
+	r, lease, err := s.Reserve(t.Context(), now, limits, time.Minute)
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	_, err = s.Renew(t.Context(), now, lease, limits, time.Minute)
+	require.NoError(t, err)
+	got, err := s.Settle(t.Context(), now, lease, limits, 1)
+	require.NoError(t, err)
+	assert.Equal(t, domain.Settled, got)
+	p, err := s.Peek(t.Context(), now, limits)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), p.Status(0).Remaining)
+	assert.Equal(t, int64(1), p.Status(1).Remaining)
 }
