@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluicehq/sluice/adapters/envoyrls"
+	"github.com/sluicehq/sluice/adapters/redis"
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/internal/limitertest"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -124,4 +126,72 @@ func (f *fixedWindow) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 		resp.Statuses = append(resp.Statuses, &rlsv3.RateLimitResponse_DescriptorStatus{Code: code, LimitRemaining: uint32(max(f.limit-v, 0))})
 	}
 	return resp, nil
+}
+
+// BenchmarkShouldRateLimitSlots times ShouldRateLimit in process on the
+// three-master cluster: two descriptors in one slot (a tenant and a path
+// counted per tenant), in two slots (a tenant and an address counted
+// across tenants: a reservation per slot, docs/adr/013), and in two slots
+// refused by one (the other side released: two round trips).
+// "interleaved" makes the three decisions in turn in one loop and reports
+// each one's mean time, so that a machine whose load changes weighs on
+// the three alike.
+//
+//	go test -run '^$' -bench ShouldRateLimitSlots -benchmem ./adapters/envoyrls/
+func BenchmarkShouldRateLimitSlots(b *testing.B) {
+	store, err := redis.New(redis.Config{Addrs: redistest.Cluster(b), Mode: redis.ModeCluster, Timeout: limitertest.StoreTimeout})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = store.Close() })
+	r := newRigRecorder(b, store, func(*app.Config) {}, recordertest.Discard{}, "sluice/bench-scopes.yaml")
+	cfg, err := envoyrls.ParseConfig(readFile(b, "testdata/sluice/bench-scopes.yaml"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc := envoyrls.New(r.lim, cfg)
+	ctx := context.Background()
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	kinds := []struct {
+		name string
+		req  *rlsv3.RateLimitRequest
+		want rlsv3.RateLimitResponse_Code
+	}{
+		{"one-slot", &rlsv3.RateLimitRequest{Domain: "bench_scopes", Descriptors: []*rlcommon.RateLimitDescriptor{desc("tenant", "t"+run), desc("path", "/p")}}, rlsv3.RateLimitResponse_OK},
+		{"two-slot", &rlsv3.RateLimitRequest{Domain: "bench_scopes", Descriptors: []*rlcommon.RateLimitDescriptor{desc("tenant", "t"+run), desc("remote_address", "192.0.2.1")}}, rlsv3.RateLimitResponse_OK},
+		{"two-slot-refused", &rlsv3.RateLimitRequest{Domain: "bench_scopes", Descriptors: []*rlcommon.RateLimitDescriptor{desc("tenant", "t"+run), desc("blocked", run)}}, rlsv3.RateLimitResponse_OVER_LIMIT},
+	}
+	// Spend the blocked descriptor's one unit.
+	if _, err := svc.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "bench_scopes", Descriptors: []*rlcommon.RateLimitDescriptor{desc("blocked", run)}}); err != nil {
+		b.Fatal(err)
+	}
+	decide := func(b *testing.B, i int) {
+		resp, err := svc.ShouldRateLimit(ctx, kinds[i].req)
+		if err != nil || resp.OverallCode != kinds[i].want {
+			b.Fatalf("%s: %v, %v", kinds[i].name, resp.GetOverallCode(), err)
+		}
+	}
+	for i, k := range kinds {
+		b.Run(k.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				decide(b, i)
+			}
+		})
+	}
+	b.Run("interleaved", func(b *testing.B) {
+		took := make([]time.Duration, len(kinds))
+		n := 0
+		for b.Loop() {
+			for i := range kinds {
+				start := time.Now()
+				decide(b, i)
+				took[i] += time.Since(start)
+			}
+			n++
+		}
+		for i, k := range kinds {
+			b.ReportMetric(float64(took[i].Nanoseconds())/float64(n), k.name+"-ns/op")
+		}
+	})
 }

@@ -45,6 +45,13 @@ type DomainFile struct {
 	// every key of a request: its Redis Cluster hash tag, so a request is
 	// one slot and one store call (docs/adr/011). Empty: the domain alone.
 	HashTagKey string `yaml:"hash_tag_key"`
+	// UnscopedKeys (sluice) names descriptor keys counted across scopes:
+	// a request descriptor whose first entry's key is listed, and which
+	// does not carry the hash_tag_key entry, counts per its own entries
+	// whatever the request's scope (an ip across tenants), under a hash
+	// tag of its own. Other descriptors without that entry count per the
+	// request's scope. Needs hash_tag_key (docs/adr/011).
+	UnscopedKeys []string `yaml:"unscoped_keys"`
 	// Degraded (sluice) is what the domain's requests get while the store
 	// cannot answer: "bypass" (allowed under a per-instance cap, the
 	// default), "deny" or "local" (docs/adr/005).
@@ -118,6 +125,7 @@ type domainRules struct {
 	name     string
 	routeKey string
 	tagKey   string
+	unscoped map[string]bool
 	action   domain.DegradedAction
 	ceiling  *rate
 	root     *node
@@ -249,6 +257,19 @@ func compileDomain(f *DomainFile) (*domainRules, error) {
 	}
 	d := &domainRules{name: f.Domain, routeKey: sanitise(f.Domain, 64), tagKey: f.HashTagKey, action: domain.ActionBypass}
 	field := func(s string) string { return f.Domain + "." + s }
+	for i, k := range f.UnscopedKeys {
+		at := fmt.Sprintf("%s[%d]", field("unscoped_keys"), i)
+		switch {
+		case f.HashTagKey == "":
+			return nil, &domain.ConfigError{Field: at, Reason: "needs hash_tag_key: without it every descriptor counts across the domain already"}
+		case k == "" || k == f.HashTagKey:
+			return nil, &domain.ConfigError{Field: at, Reason: "a descriptor key other than hash_tag_key"}
+		}
+		if d.unscoped == nil {
+			d.unscoped = map[string]bool{}
+		}
+		d.unscoped[k] = true
+	}
 	if f.Degraded != "" {
 		a, err := domain.ParseDegradedAction(f.Degraded)
 		if err != nil {

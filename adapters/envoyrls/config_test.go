@@ -43,6 +43,8 @@ func TestConfigErrors(t *testing.T) {
 		{"missing-domain.yaml", "domain", nil},
 		{"bad-ceiling.yaml", "bad_ceiling.limit_override_ceiling.requests_per_unit", nil},
 		{"replaces-without-name.yaml", "bad_replaces.descriptors[0].replaces[0].name", nil},
+		{"unscoped-without-tag.yaml", "bad_unscoped.unscoped_keys[0]", nil},
+		{"unscoped-tag-key.yaml", "bad_unscoped_tag.unscoped_keys[1]", nil},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {

@@ -23,14 +23,16 @@
 // A descriptor counts per its entries (every key and value, an ip value
 // grouped as sluice's ip dimension is) within the domain, and per scope:
 // the file's hash_tag_key names the descriptor entry (e.g. tenant) whose
-// value scopes every key of a request, so that a request is one Redis
-// Cluster slot and one store call. A request that carries the entry counts
-// each descriptor per (domain, scope value); one that lacks it counts per
-// domain. A descriptor that does not carry the scope entry itself (e.g. a
-// remote_address descriptor beside a tenant one) therefore counts per
-// scope value: an ip across tenants is not counted as one. Counting a
-// descriptor across scopes needs a decision over two slots, which awaits
-// the cross-slot reservations of the lease work (docs/adr/011).
+// value scopes a key, its Redis Cluster hash tag. A descriptor that
+// carries the entry counts in its own value's scope; one whose key is in
+// the file's unscoped_keys (e.g. remote_address) counts across scopes,
+// under a tag of its own (an ip across tenants); any other counts in the
+// request's scope, the value of its first hash_tag_key entry (a path
+// within each tenant). Without hash_tag_key every key of the domain shares
+// one tag. A request whose keys fall in several slots of a Redis Cluster
+// is decided across them, still all or nothing, through a reservation
+// per slot released when one refuses (docs/adr/013); one whose keys share
+// a slot, or on a single server, is one store call.
 //
 // # The answer
 //
@@ -38,9 +40,22 @@
 // status carries its current_limit, its own limit_remaining and
 // duration_until_reset; response_headers_to_add carries the IETF
 // RateLimit and RateLimit-Policy fields (domain.RateLimitFields), and
-// Retry-After on a refusal. hits_addend is read per request and per
-// descriptor (a descriptor's hits_addend of 0 and is_negative_hits count
-// nothing). A descriptor's limit override applies only when the domain
+// Retry-After on a refusal.
+//
+// # hits_addend
+//
+// As envoyproxy/ratelimit reads it: a descriptor's own hits_addend when
+// set, else the request's, whose 0 means unset, hence 1 (both are
+// unsigned in the API: a negative count cannot arrive). A descriptor's
+// hits_addend of 0 is a check (app.Limiter.CheckWindows): it consumes
+// nothing and is OVER_LIMIT once one more hit would be refused; a request
+// whose check is refused consumes nothing on any descriptor.
+// is_negative_hits (a refill) is answered OK and counts nothing: sluice
+// gives back only the units a reservation holds (docs/adr/012).
+//
+// # Overrides, shadow mode, replaces
+//
+// A descriptor's limit override applies only when the domain
 // sets limit_override_ceiling, and never above it. A limit in
 // shadow_mode is decided and counted in a decision of its own that never
 // refuses (so it never changes what the enforced limits consume);

@@ -60,6 +60,9 @@ type rig struct {
 	clock  *fakeclock.Clock
 	rec    *recordertest.Memory
 	lim    *app.Limiter
+	// secret is the Limiter's HMAC secret: a test can tell which slot a
+	// scope's keys fall in.
+	secret []byte
 }
 
 // newRig serves the configuration files under testdata (relative paths)
@@ -105,7 +108,7 @@ func newRigRecorder(t testing.TB, primary ports.Store, edit func(*app.Config), r
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	mem, _ := rec.(*recordertest.Memory)
-	return &rig{client: rlsv3.NewRateLimitServiceClient(conn), clock: clock, rec: mem, lim: lim}
+	return &rig{client: rlsv3.NewRateLimitServiceClient(conn), clock: clock, rec: mem, lim: lim, secret: secret}
 }
 
 // desc builds a descriptor from key, value pairs.

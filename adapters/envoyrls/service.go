@@ -21,9 +21,12 @@ import (
 	"github.com/sluicehq/sluice/domain"
 )
 
-// Evaluator is what the service needs of an app.Limiter.
+// Evaluator is what the service needs of an app.Limiter: a decision on
+// windows, and a check of windows that consumes nothing (a descriptor's
+// hits_addend of 0).
 type Evaluator interface {
 	EvaluateWindows(ctx context.Context, req app.WindowsRequest) (domain.Decision, error)
+	CheckWindows(ctx context.Context, req app.WindowsRequest) (domain.Decision, error)
 }
 
 var _ Evaluator = (*app.Limiter)(nil)
@@ -48,19 +51,29 @@ type planned struct {
 	unit    string
 	mult    uint32
 	subject string
-	cost    int64
-	shadow  bool
-	// slot is the descriptor's window in its decision (enforced or
-	// shadow); several descriptors with one subject and window share one.
-	slot int
+	// scope is the scope of the descriptor's key: "" for the request's.
+	scope  string
+	cost   int64
+	shadow bool
+	// check marks a descriptor whose hits_addend is 0: a check that
+	// consumes nothing, refused when one more hit would be (cost is 1).
+	check bool
+	// index is the descriptor's place in the request and its status'.
+	index int
+	// slot is the descriptor's window in its kind's counted decision
+	// (enforced or shadow; -1 for a check), checkSlot in its check;
+	// several descriptors with one subject, scope and window share one.
+	slot, checkSlot int
 }
 
 // ShouldRateLimit decides every limited descriptor of req in one
 // all-or-nothing decision (docs/adr/011): a refusal consumes nothing on
-// any descriptor. Descriptors in shadow mode are decided in a second,
-// separate decision that never refuses. A request with no domain or no
-// descriptor is InvalidArgument; a decision that could not be recorded is
-// Internal (observability fails closed).
+// any descriptor. Descriptors whose hits_addend is 0 are checks: the
+// request's windows are checked first, consuming nothing, and a refused
+// check refuses the request before anything is counted. Descriptors in
+// shadow mode are decided apart, in decisions that never refuse. A request
+// with no domain or no descriptor is InvalidArgument; a decision that
+// could not be recorded is Internal (observability fails closed).
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" || len(req.GetDescriptors()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "domain and at least one descriptor are required")
@@ -74,49 +87,94 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 		return resp, nil // nothing configured: nothing limited
 	}
 	plans, scope := d.plan(req)
-	enforced := app.WindowsRequest{RouteKey: d.routeKey, Action: d.action, Scope: scope}
-	shadow := enforced
-	shadow.Shadow = true
-	for _, p := range plans {
-		if p == nil {
-			continue
+	for _, shadow := range []bool{false, true} {
+		if err := s.decide(ctx, resp, d, plans, scope, shadow); err != nil {
+			return nil, err
 		}
-		wr := &enforced
-		if p.shadow {
-			wr = &shadow
-		}
-		p.slot = addWindow(wr, p)
-	}
-	for _, wr := range []*app.WindowsRequest{&enforced, &shadow} {
-		if len(wr.Windows) == 0 {
-			continue
-		}
-		if len(wr.Windows) > domain.MaxLimits {
-			// More limited descriptors than one decision holds: refused
-			// whole rather than decided in parts.
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			continue
-		}
-		dec, err := s.lim.EvaluateWindows(ctx, *wr)
-		if err != nil {
-			return nil, status.Error(codes.Internal, "decision not recorded")
-		}
-		s.answer(resp, &dec, plans, wr.Shadow)
 	}
 	return resp, nil
 }
 
-// addWindow adds p's window to wr, merging a descriptor whose subject and
-// window are already there (its hits add up), and returns its index.
+// decide decides the plans in shadow mode or not, and writes their
+// statuses. Without checks it is one EvaluateWindows. With checks, one
+// CheckWindows of every window (the checks at one hit, the counted at
+// their cost) comes first: when it refuses, or lets the request through
+// degraded (bypass counts no descriptor), it is the answer; otherwise the
+// counted descriptors are decided by EvaluateWindows. A check can go stale
+// between the two calls (another request may spend the checked window),
+// never a counted window: those are decided exactly, all or nothing.
+func (s *Service) decide(ctx context.Context, resp *rlsv3.RateLimitResponse, d *domainRules, plans []*planned, scope string, shadow bool) error {
+	counted := app.WindowsRequest{RouteKey: d.routeKey, Action: d.action, Scope: scope, Shadow: shadow}
+	checked := counted
+	var mine, checks, rest []*planned
+	for _, p := range plans {
+		if p == nil || p.shadow != shadow {
+			continue
+		}
+		mine = append(mine, p)
+		if p.check {
+			checks = append(checks, p)
+		} else {
+			rest = append(rest, p)
+			p.slot, p.checkSlot = addWindow(&counted, p), addWindow(&checked, p)
+		}
+	}
+	// The checks go in last, so each knows the cost counted on its key.
+	for _, p := range checks {
+		p.slot, p.checkSlot = -1, addWindow(&checked, p)
+	}
+	bySlot := func(p *planned) int { return p.slot }
+	if len(checks) > 0 {
+		if len(checked.Windows) > domain.MaxLimits {
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			return nil
+		}
+		dec, err := s.lim.CheckWindows(ctx, checked)
+		if err != nil {
+			return status.Error(codes.Internal, "decision not recorded")
+		}
+		byCheck := func(p *planned) int { return p.checkSlot }
+		if len(rest) == 0 || dec.Blocks() || dec.State == domain.BypassDegraded {
+			s.answer(resp, &dec, mine, byCheck, shadow, true)
+			return nil
+		}
+		// The checks' statuses; the fields come from the decision below.
+		s.answer(resp, &dec, checks, byCheck, shadow, false)
+	}
+	if len(counted.Windows) == 0 {
+		return nil
+	}
+	if len(counted.Windows) > domain.MaxLimits {
+		// More limited descriptors than one decision holds: refused
+		// whole rather than decided in parts.
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		return nil
+	}
+	dec, err := s.lim.EvaluateWindows(ctx, counted)
+	if err != nil {
+		return status.Error(codes.Internal, "decision not recorded")
+	}
+	s.answer(resp, &dec, rest, bySlot, shadow, true)
+	return nil
+}
+
+// addWindow adds p's window to wr, merging a descriptor whose subject,
+// scope and window are already there, and returns its index. Merged hits add up
+// (envoyproxy/ratelimit increments the key twice); a check, added after
+// the descriptors that count, asks for one hit, which any cost covers.
 func addWindow(wr *app.WindowsRequest, p *planned) int {
 	for i, w := range wr.Windows {
-		if w.Subject == p.subject && w.Window.Name == p.window.Name {
-			wr.Windows[i].Cost += p.cost
+		if w.Subject == p.subject && w.Scope == p.scope && w.Window.Name == p.window.Name {
+			if p.check {
+				wr.Windows[i].Cost = max(w.Cost, p.cost)
+			} else {
+				wr.Windows[i].Cost += p.cost
+			}
 			wr.Windows[i].Window = minWindow(w.Window, p.window)
 			return i
 		}
 	}
-	wr.Windows = append(wr.Windows, app.CountedWindow{Subject: p.subject, Window: p.window, Cost: p.cost})
+	wr.Windows = append(wr.Windows, app.CountedWindow{Subject: p.subject, Scope: p.scope, Window: p.window, Cost: p.cost})
 	return len(wr.Windows) - 1
 }
 
@@ -128,24 +186,31 @@ func minWindow(a, b domain.Window) domain.Window {
 }
 
 // plan matches every descriptor of req, applies replaces, and returns one
-// plan per descriptor (nil: not limited) and the request's scope.
+// plan per descriptor (nil: not limited) and the request's scope: the
+// value of the first hash_tag_key entry. A descriptor that carries that
+// entry counts in its own value's scope, one of unscoped_keys in a scope
+// of its own, any other in the request's (docs/adr/011).
 func (d *domainRules) plan(req *rlsv3.RateLimitRequest) ([]*planned, string) {
 	plans := make([]*planned, len(req.Descriptors))
 	scope := ""
 	replaced := map[string]bool{}
 	for i, desc := range req.Descriptors {
 		keys, values := entries(desc)
-		if scope == "" && d.tagKey != "" {
-			for j, k := range keys {
-				if k == d.tagKey {
-					scope = bounded(values[j])
-					break
-				}
-			}
+		own, tagged := d.tagOf(keys, values)
+		if scope == "" && tagged {
+			scope = own
 		}
 		p := d.planOne(desc, keys, values, req.GetHitsAddend())
 		if p == nil {
 			continue
+		}
+		p.index = i
+		switch {
+		case tagged:
+			p.scope = own
+		case d.unscoped[keys[0]]:
+			// Never a tag value: those are header values, without NUL.
+			p.scope = bounded("\x00" + p.subject)
 		}
 		if p.rule != nil {
 			for _, r := range p.rule.replaces {
@@ -162,20 +227,43 @@ func (d *domainRules) plan(req *rlsv3.RateLimitRequest) ([]*planned, string) {
 	return plans, scope
 }
 
+// tagOf returns the value of a descriptor's hash_tag_key entry, and
+// whether it has one.
+func (d *domainRules) tagOf(keys, values []string) (string, bool) {
+	if d.tagKey == "" {
+		return "", false
+	}
+	for j, k := range keys {
+		if k == d.tagKey {
+			return bounded(values[j]), true
+		}
+	}
+	return "", false
+}
+
 // planOne matches one descriptor: its rule, the limit override within the
-// ceiling, its cost. nil when nothing is counted.
+// ceiling, its cost. nil when nothing is limited.
+//
+// The cost is envoyproxy/ratelimit's: the descriptor's own hits_addend
+// when set, 0 included, else the request's, whose 0 means unset, hence 1
+// (a uint32 in the API: a negative count cannot arrive). A descriptor's 0
+// is a check (docs/adr/011). is_negative_hits asks for a refill, which
+// sluice does not apply: the descriptor is answered OK and counts nothing.
 func (d *domainRules) planOne(desc *rlcommon.RateLimitDescriptor, keys, values []string, requestHits uint32) *planned {
 	cost := int64(max(requestHits, 1))
 	if h := desc.GetHitsAddend(); h != nil {
 		cost = int64(min(h.GetValue(), domain.MaxLimit+1))
 	}
-	if cost == 0 || desc.GetIsNegativeHits() || len(keys) == 0 {
-		// A check without hits, or a refill: sluice counts neither
-		// (docs/adr/011); a descriptor without entries names nothing.
+	if desc.GetIsNegativeHits() || len(keys) == 0 {
+		// A descriptor without entries names nothing.
 		return nil
 	}
 	r := d.match(keys, values)
 	p := &planned{rule: r, cost: cost, subject: subject(keys, values)}
+	if cost == 0 {
+		// A check asks whether one more hit would pass.
+		p.cost, p.check = 1, true
+	}
 	if r != nil {
 		p.window, p.unit, p.mult, p.shadow = r.window, r.unit, r.mult, r.shadow
 	}
@@ -261,27 +349,25 @@ func bounded(s string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// answer writes one decision into the response: the descriptors it
-// decided, the overall code and the rate-limit fields.
-func (s *Service) answer(resp *rlsv3.RateLimitResponse, dec *domain.Decision, plans []*planned, shadow bool) {
+// answer writes one decision into the response: the statuses of plans,
+// each read at its slot in the decision, the overall code and, with
+// headers, the rate-limit fields. A shadow decision never refuses.
+func (s *Service) answer(resp *rlsv3.RateLimitResponse, dec *domain.Decision, plans []*planned, slot func(*planned) int, shadow, headers bool) {
 	checks := dec.Windows.All()
 	// A bypass decision counted the degraded cap, not the descriptors.
 	perWindow := dec.State != domain.BypassDegraded
-	for i, p := range plans {
-		if p == nil || p.shadow != shadow {
-			continue
-		}
-		st := resp.Statuses[i]
+	for _, p := range plans {
+		st := resp.Statuses[p.index]
 		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
 			Name: ruleName(p), RequestsPerUnit: uint32(p.window.Limit),
 			Unit: rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[p.unit]),
 		}
-		switch {
+		switch i := slot(p); {
 		case dec.State == domain.DeniedDegraded || dec.State == domain.RejectedInvalidContext:
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			st.DurationUntilReset = durationpb.New(max(dec.RetryAfter, domain.DeniedRetryAfter))
-		case perWindow && p.slot < len(checks):
-			c := checks[p.slot]
+		case perWindow && i >= 0 && i < len(checks):
+			c := checks[i]
 			if !c.Allowed {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			}
@@ -296,7 +382,7 @@ func (s *Service) answer(resp *rlsv3.RateLimitResponse, dec *domain.Decision, pl
 	if dec.Blocks() {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	if shadow {
+	if shadow || !headers {
 		return
 	}
 	if f, ok := dec.RateLimitFields(); ok {

@@ -89,8 +89,10 @@ func TestSlidingWindowExactUnderConcurrency(t *testing.T) {
 	}
 }
 
-// TestHitsAddend: the request's hits_addend, a descriptor's own overriding
-// it, and a descriptor's hits of 0 counting nothing.
+// TestHitsAddend: envoyproxy/ratelimit's hits_addend on a limit of 10 per
+// minute: the request's (0 is unset, hence 1), a descriptor's own
+// overriding it, and a descriptor's 0 as a check that consumes nothing,
+// refused once one more hit would be.
 func TestHitsAddend(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
@@ -106,25 +108,78 @@ func TestHitsAddend(t *testing.T) {
 			}{
 				{"request hits", 3, nil, ok, 7},
 				{"descriptor hits win", 3, wrapperspb.UInt64(5), ok, 2},
-				{"zero hits count nothing", 3, wrapperspb.UInt64(0), ok, 0},
+				{"a check counts nothing", 3, wrapperspb.UInt64(0), ok, 2},
 				{"over what is left", 3, nil, over, 2},
 				{"what is left", 2, nil, ok, 0},
+				{"a check of a spent window is refused", 0, wrapperspb.UInt64(0), over, 0},
+				{"request hits 0 count 1", 0, nil, over, 0},
 				{"above the limit", 11, nil, over, 0},
 			}
 			for _, s := range steps {
 				dd := &rlcommon.RateLimitDescriptor{Entries: d.Entries, HitsAddend: s.own}
 				resp := r.call(t, "shared", s.hits, dd)
 				require.Equal(t, s.code, resp.OverallCode, s.name)
-				if s.own != nil && s.own.Value == 0 {
-					assert.Nil(t, resp.Statuses[0].CurrentLimit, "%s: not counted", s.name)
-					continue
-				}
+				require.NotNil(t, resp.Statuses[0].CurrentLimit, s.name)
+				assert.Equal(t, uint32(10), resp.Statuses[0].CurrentLimit.RequestsPerUnit, s.name)
 				if s.name != "above the limit" {
 					assert.Equal(t, s.remaining, resp.Statuses[0].LimitRemaining, s.name)
 				}
 			}
 		})
 	}
+}
+
+// TestCheckRefusesBeforeCounting: a request that counts its tenant and
+// checks its user (hits_addend 0 on the user's descriptor) is refused
+// whole once the user's window is spent, consuming nothing on the tenant;
+// while the user's window has room, the tenant counts and the user does
+// not.
+func TestCheckRefusesBeforeCounting(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, b.primary(t), "sluice/shared.yaml")
+			check := desc("user", "u1")
+			check.HitsAddend = wrapperspb.UInt64(0)
+			for i := range 3 {
+				resp := r.call(t, "shared", 0, desc("tenant", "acme"), check)
+				require.Equal(t, ok, resp.OverallCode, "call %d", i)
+				assert.Equal(t, uint32(99-i), resp.Statuses[0].LimitRemaining, "the tenant counts")
+				assert.Equal(t, uint32(20), resp.Statuses[1].LimitRemaining, "the checked user does not")
+			}
+			// The user (20 per minute) spends its window in the tenant's
+			// scope, the tenant's descriptor a check this time.
+			tenantCheck := desc("tenant", "acme")
+			tenantCheck.HitsAddend = wrapperspb.UInt64(0)
+			resp := r.call(t, "shared", 20, tenantCheck, desc("user", "u1"))
+			require.Equal(t, ok, resp.OverallCode)
+			assert.Equal(t, uint32(97), resp.Statuses[0].LimitRemaining)
+			assert.Equal(t, uint32(0), resp.Statuses[1].LimitRemaining)
+			for i := range 3 {
+				resp = r.call(t, "shared", 0, desc("tenant", "acme"), check)
+				require.Equal(t, over, resp.OverallCode, "refused %d", i)
+				assert.Equal(t, ok, resp.Statuses[0].Code, "the tenant alone would admit it")
+				assert.Equal(t, over, resp.Statuses[1].Code)
+				assert.Equal(t, uint32(97), resp.Statuses[0].LimitRemaining, "nothing consumed on the tenant")
+			}
+			resp = r.call(t, "shared", 0, desc("tenant", "acme"))
+			assert.Equal(t, uint32(96), resp.Statuses[0].LimitRemaining, "100 - 3 - 1: the refused requests never counted")
+		})
+	}
+}
+
+// TestNegativeHits: is_negative_hits asks for a refill, which sluice does
+// not apply: the descriptor is answered OK and changes no count.
+func TestNegativeHits(t *testing.T) {
+	r := newRig(t, limitertestLocal(t), "sluice/shared.yaml")
+	require.Equal(t, ok, r.call(t, "shared", 4, desc("hits", "n")).OverallCode)
+	refill := desc("hits", "n")
+	refill.HitsAddend, refill.IsNegativeHits = wrapperspb.UInt64(4), true
+	resp := r.call(t, "shared", 0, refill)
+	assert.Equal(t, ok, resp.OverallCode)
+	assert.Nil(t, resp.Statuses[0].CurrentLimit, "not counted")
+	resp = r.call(t, "shared", 0, desc("hits", "n"))
+	assert.Equal(t, uint32(5), resp.Statuses[0].LimitRemaining, "10 - 4 - 1: nothing refilled")
 }
 
 // TestLimitOverride: an override below the domain's ceiling applies, one

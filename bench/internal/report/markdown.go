@@ -111,7 +111,7 @@ func (r *Run) writeSummary(b *strings.Builder) {
 				m.MicrosPerCall(), m.CallsPerDecision(), m.ClientCPUPerDecision(), m.RedisCPUPerDecision(), percent(m.RefusedShare()))
 		}
 	}
-	b.WriteString("\nRedis µs per call is Redis' own time per script call (INFO commandstats, commands inside the script included); calls per decision counts every command the contender sent. CPU per decision is the processor time the client process (every worker, the client library and sluice) and Redis (INFO cpu: commands, protocol and network) used over the measurement, divided by its decisions: the two share the machine's cores, so a side that costs less leaves more to the other.\n")
+	b.WriteString("\nRedis µs per call is Redis' own time per script call (INFO commandstats, commands inside the script included), or per command for a contender that runs no script (envoyproxy/ratelimit's INCRBY and EXPIRE: compare its time per decision, per call × calls per decision); calls per decision counts every command the contender sent. CPU per decision is the processor time the client process (every worker, the client library and sluice) and Redis (INFO cpu: commands, protocol and network) used over the measurement, divided by its decisions: the two share the machine's cores, so a side that costs less leaves more to the other.\n")
 }
 
 // writeFloor sets every contender's Redis time per call beside the floor

@@ -134,10 +134,15 @@ func (m *Measurement) perOp(v float64) float64 {
 	return v / float64(m.Ops)
 }
 
-// MicrosPerCall is Redis' own time per script call.
+// MicrosPerCall is Redis' own time per script call, or per command for a
+// contender that runs no script (envoyproxy/ratelimit's INCRBY and
+// EXPIRE).
 func (m *Measurement) MicrosPerCall() float64 {
 	if m.ScriptCalls == 0 {
-		return 0
+		if m.OtherCalls == 0 {
+			return 0
+		}
+		return float64(m.OtherMicros) / float64(m.OtherCalls)
 	}
 	return float64(m.ScriptMicros) / float64(m.ScriptCalls)
 }

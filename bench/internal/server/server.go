@@ -109,8 +109,8 @@ var scriptCommands = map[string]bool{"eval": true, "evalsha": true, "eval_ro": t
 // insideScripts are the commands sluice's, the floor's and the peers'
 // scripts run (or may run: a script version reading another encoding or
 // checking a key's type): commandstats counts them as well as the script
-// call, so they are left out of Calls. A client sends none of them
-// directly here.
+// call, so they are left out of Calls, unless no script ran: then a
+// client sent them (the envoy shape's fixed windows).
 var insideScripts = map[string]bool{
 	"get": true, "set": true, "time": true, "zadd": true, "zcard": true, "zrange": true,
 	"zremrangebyscore": true, "pexpire": true, "expire": true, "del": true, "incrby": true,
@@ -129,19 +129,30 @@ func (s *Server) Snapshot(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return st, err
 	}
+	var innerCalls, innerMicros int64
 	for name, v := range cmds {
 		cmd, ok := strings.CutPrefix(name, "cmdstat_")
-		if !ok || cmd == "info" || cmd == "config|resetstat" || cmd == "dbsize" || insideScripts[cmd] {
+		if !ok || cmd == "info" || cmd == "config|resetstat" || cmd == "dbsize" {
 			continue
 		}
 		calls, usec := field(v, "calls"), field(v, "usec")
-		if scriptCommands[cmd] {
+		switch {
+		case insideScripts[cmd]:
+			innerCalls += calls
+			innerMicros += usec
+		case scriptCommands[cmd]:
 			st.ScriptCalls += calls
 			st.ScriptMicros += usec
-		} else {
+		default:
 			st.Calls += calls
 			st.Micros += usec
 		}
+	}
+	if st.ScriptCalls == 0 {
+		// No script ran: the client sent those commands itself
+		// (envoyproxy/ratelimit's INCRBY and EXPIRE).
+		st.Calls += innerCalls
+		st.Micros += innerMicros
 	}
 	mem, err := s.info(ctx, "memory")
 	if err != nil {

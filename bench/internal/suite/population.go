@@ -34,7 +34,7 @@ const routeKey = "bench"
 // Identity is one client of the population: its raw identities, as a
 // service hands them to the Limiter, and the keys a bare store is given
 // for it in each shape, built as the Limiter builds its own (pseudonymised
-// ids, one hash tag per decision).
+// ids, the principal's hash tag, the ip's own for ip windows).
 type Identity struct {
 	IP                   netip.Addr
 	User, Tenant, APIKey string
@@ -107,9 +107,7 @@ func newIdentity(ps *domain.Pseudonymiser, i int) Identity {
 		case domain.DimensionTenant:
 			id = tag
 		case domain.DimensionIP:
-			// An ip window counts per ip across every identity, under
-			// the ip's own tag (docs/adr/013).
-			tag = id
+			tag = id // an ip window counts per ip whoever sends (docs/adr/013)
 		}
 		return domain.KeyParts{Tag: tag, Dimension: d, ID: id, RouteKey: rk, Window: window}.Key()
 	}

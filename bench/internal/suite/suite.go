@@ -1,9 +1,10 @@
 // Package suite is what a benchmark run measures: the request shapes
 // sluice serves (one key, ADR-002's two, the nine windows of a fully
-// identified request, a hot key that is refused), and for each the
-// contenders that serve it: sluice's Redis store alone, the whole
-// app.Limiter on it, go-redis/redis_rate, and a plain ZSET script of the
-// same shape on the same client sluice uses.
+// identified request, a hot key that is refused, Envoy's ShouldRateLimit),
+// and for each the contenders that serve it: sluice's Redis store alone,
+// the whole app.Limiter on it, go-redis/redis_rate, a plain ZSET script of
+// the same shape on the same client sluice uses, and for Envoy's API
+// envoyproxy/ratelimit's fixed windows.
 //
 // Every contender gets a fresh client per measurement, configured as a
 // service would embed it (see Env), and every store call the same 2 s
@@ -43,7 +44,7 @@ type Env struct {
 // Contender is one implementation of a shape.
 type Contender struct {
 	// Name is how tables and charts name it: "sluice store",
-	// "sluice Limiter", "redis_rate" or "plain script".
+	// "sluice Limiter", "redis_rate", "plain script"...
 	Name string
 	// Sluice tells sluice's own contenders from its peers.
 	Sluice bool
@@ -111,6 +112,9 @@ func Shapes() []Shape {
 		}},
 		{Name: "log-9-large", Title: "9 keys, sliding log above the compact bound (ZSETs), one big tenant", Keys: 9, Contenders: []Contender{
 			sluiceStore(large), plainScript(large), floorScript(large, true),
+		}},
+		{Name: "envoy", Title: "Envoy ShouldRateLimit, 2 descriptors (tenant, user)", Keys: 2, Contenders: []Contender{
+			sluiceRLS("sluice RLS", "sliding_log"), sluiceRLS("sluice RLS, GCRA", "gcra"), fixedWindowRLS(),
 		}},
 		{Name: "demo", Title: "the demo's search profile (6 windows, both algorithms)", Keys: 6, Population: DemoPopulation, Contenders: []Contender{
 			sluiceLimiter(demoConfig, demoRequest, false), sluiceStore(demo), plainScript(demo), floorScript(demo, true),
