@@ -10,6 +10,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -236,7 +237,37 @@ type SettleConfig struct {
 	// real cost, which is then charged instead of the cost reserved: an
 	// HTTP field name, 1 to 64 token characters.
 	CostHeader string `yaml:"cost_header" validate:"omitempty,headername"`
+	// RefundStatuses are HTTP statuses whose requests are refunded in
+	// full, whatever RefundFailures says: e.g. 404 or 409, answers that
+	// did none of the work the cost stands for. 100 to 599.
+	RefundStatuses []int `yaml:"refund_statuses" validate:"max=32,dive,min=100,max=599"`
+	// RefundCodes are gRPC status codes, by their names in the gRPC
+	// specification's spelling of google.golang.org/grpc/codes
+	// ("NotFound", "ResourceExhausted"...), whose calls are refunded in
+	// full, as RefundStatuses for HTTP.
+	RefundCodes []string `yaml:"refund_codes" validate:"max=17,dive,grpccode"`
 }
+
+// refunds reports whether a served request is refunded in full by these
+// rules (Reservation.Finish).
+func (s *SettleConfig) refunds(o Outcome) bool {
+	if s == nil {
+		return false
+	}
+	if o.Failed && s.RefundFailures {
+		return true
+	}
+	if o.Status != 0 && slices.Contains(s.RefundStatuses, o.Status) {
+		return true
+	}
+	return o.Code != "" && slices.Contains(s.RefundCodes, o.Code)
+}
+
+// grpcCodes are the names of the gRPC status codes, as
+// google.golang.org/grpc/codes spells them (app imports no adapter).
+var grpcCodes = []string{"OK", "Canceled", "Unknown", "InvalidArgument", "DeadlineExceeded", "NotFound",
+	"AlreadyExists", "PermissionDenied", "ResourceExhausted", "FailedPrecondition", "Aborted", "OutOfRange",
+	"Unimplemented", "Internal", "Unavailable", "DataLoss", "Unauthenticated"}
 
 // WindowsConfig lists a profile's windows per dimension. A dimension
 // without windows is not checked for the profile; a dimension whose
@@ -441,6 +472,7 @@ func newValidator() *validator.Validate {
 		"routekey":   func(fl validator.FieldLevel) bool { return routeKeyRE.MatchString(fl.Field().String()) },
 		"windowname": func(fl validator.FieldLevel) bool { return windowNameRE.MatchString(fl.Field().String()) },
 		"headername": func(fl validator.FieldLevel) bool { return headerNameRE.MatchString(fl.Field().String()) },
+		"grpccode":   func(fl validator.FieldLevel) bool { return slices.Contains(grpcCodes, fl.Field().String()) },
 		"windowlimit": func(fl validator.FieldLevel) bool {
 			n := fl.Field().Int()
 			return n <= domain.MaxLimit && (n >= 1 || fl.StructFieldName() == "Cost")
@@ -596,6 +628,8 @@ func reason(fe validator.FieldError) string {
 		return "must be 1 to 32 of [a-z0-9_-]"
 	case "headername":
 		return "must be an HTTP field name: 1 to 64 token characters"
+	case "grpccode":
+		return "must be a gRPC status code name: " + strings.Join(grpcCodes, ", ")
 	case "windowlimit":
 		return fmt.Sprintf("must be between 1 and %d", domain.MaxLimit)
 	case "windowperiod":

@@ -154,12 +154,18 @@ type Outcome struct {
 	// when Reported.
 	Cost     int64
 	Reported bool
+	// Status is the HTTP response's final status, 0 outside HTTP; Code
+	// the gRPC status code's name ("NotFound"), "" outside gRPC. The
+	// profile's refund_statuses and refund_codes read them.
+	Status int
+	Code   string
 }
 
 // Finish settles the reservation by its profile's settle rules: the
-// reported cost when there is one, nothing (a full refund) when the
-// request failed and the profile refunds failures, else the cost
-// reserved (which keeps the cost and gives the concurrency slots back).
+// reported cost when there is one; nothing (a full refund) when the
+// request failed and the profile refunds failures, or when its status or
+// gRPC code is one the profile refunds; else the cost reserved (which
+// keeps the cost and gives the concurrency slots back).
 // A reported cost that Settle cannot take (below 0, above
 // domain.MaxLimit) settles at the cost reserved, and the error says so.
 func (r *Reservation) Finish(ctx context.Context, o Outcome) (domain.Settlement, error) {
@@ -170,7 +176,7 @@ func (r *Reservation) Finish(ctx context.Context, o Outcome) (domain.Settlement,
 			return s, errors.Join(fmt.Errorf("sluice: reported cost refused, settled at the cost reserved: %w", err), serr)
 		}
 		return r.Settle(ctx, o.Cost)
-	case o.Failed && r.settle.RefundFailures:
+	case r.settle.refunds(o):
 		return r.Settle(ctx, 0)
 	}
 	return r.Settle(ctx, r.cost)

@@ -35,7 +35,7 @@ func reserveConfig() app.Config {
 			{
 				Name: "exports", Family: domain.FamilyCostly, Routes: []string{routeExports}, Cost: 5,
 				Windows: app.WindowsConfig{User: []app.WindowConfig{{Name: "sustained", Limit: 10, Period: time.Minute}}},
-				Settle:  &app.SettleConfig{RefundFailures: true, CostHeader: "X-Cost"},
+				Settle:  &app.SettleConfig{RefundFailures: true, CostHeader: "X-Cost", RefundStatuses: []int{409}, RefundCodes: []string{"AlreadyExists"}},
 			},
 			{
 				Name: "reports", Family: domain.FamilyRead, Routes: []string{routeReports},
@@ -115,6 +115,22 @@ func settleScenario(t *testing.T, store ports.Store) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(10), p.Remaining)
 
+	// A status or gRPC code the profile lists is refunded whole; another
+	// keeps the cost reserved.
+	for i, o := range []app.Outcome{{Status: 409}, {Code: "AlreadyExists"}, {Status: 404}, {Code: "NotFound"}} {
+		user := id + "s" + string(rune('a'+i))
+		_, res = r.reserve(t, userReq(routeExports, user))
+		_, err = res.Finish(ctx, o)
+		require.NoError(t, err)
+		p, err = r.l.Peek(ctx, userReq(routeExports, user))
+		require.NoError(t, err)
+		want := int64(10)
+		if i >= 2 {
+			want = 5
+		}
+		assert.Equal(t, want, p.Remaining, "%+v", o)
+	}
+
 	// A reported cost Settle cannot take settles at the cost reserved.
 	_, res = r.reserve(t, userReq(routeExports, id+"u3"))
 	s, err = res.Finish(ctx, app.Outcome{Cost: -1, Reported: true})
@@ -129,8 +145,8 @@ func settleScenario(t *testing.T, store ports.Store) {
 	for _, c := range r.rec.StoreCalls() {
 		calls[c.Op]++
 	}
-	assert.Equal(t, 4, calls[ports.OpReserve])
-	assert.Equal(t, 4, calls[ports.OpSettle], "one recorded call per Settle that reached the store")
+	assert.Equal(t, 8, calls[ports.OpReserve])
+	assert.Equal(t, 8, calls[ports.OpSettle], "one recorded call per Settle that reached the store")
 }
 
 // TestConcurrencyWindowHoldsSlots: at most 2 in flight; a slot comes back

@@ -73,6 +73,12 @@ func TestConfigRefusesBadReservations(t *testing.T) {
 		{"cost header not a field name", func(c *app.Config) {
 			c.Profiles[0].Settle = &app.SettleConfig{CostHeader: "X Cost"}
 		}, "profiles[users_read].settle.cost_header", "HTTP field name"},
+		{"refund status not an HTTP status", func(c *app.Config) {
+			c.Profiles[0].Settle = &app.SettleConfig{RefundStatuses: []int{404, 42}}
+		}, "profiles[users_read].settle.refund_statuses[1]", "at least 100"},
+		{"refund code not a gRPC code", func(c *app.Config) {
+			c.Profiles[0].Settle = &app.SettleConfig{RefundCodes: []string{"NOT_FOUND"}}
+		}, "profiles[users_read].settle.refund_codes[0]", "gRPC status code name"},
 		{"concurrency limit too large", func(c *app.Config) {
 			c.Profiles[0].Windows.User = conc(domain.MaxConcurrencyLimit+1, time.Minute)
 		}, "profiles[users_read].windows.user[0].limit", "concurrency window"},

@@ -70,15 +70,21 @@ func WithCost(f CostFunc) Option { return func(o *options) { o.cost = f } }
 // A context error returned as is counts as the server does: canceled or
 // deadline exceeded.
 func serverFault(err error) bool {
-	st, ok := status.FromError(err)
-	if !ok {
-		st = status.FromContextError(err)
-	}
-	switch st.Code() {
+	switch statusOf(err).Code() {
 	case codes.Internal, codes.Unavailable, codes.DataLoss, codes.Unknown, codes.DeadlineExceeded:
 		return true
 	}
 	return false
+}
+
+// statusOf is the status a handler's error becomes on the wire: its own,
+// or a context error's, or Unknown for a plain error; OK for nil.
+func statusOf(err error) *status.Status {
+	st, ok := status.FromError(err)
+	if !ok {
+		st = status.FromContextError(err)
+	}
+	return st
 }
 
 // unaryReserved runs a reserved unary call's handler and settles the
@@ -114,7 +120,7 @@ func (i *Interceptors) streamReserved(srv any, ss grpc.ServerStream, method stri
 
 // finish settles rsv by what the call's handler did.
 func (i *Interceptors) finish(ctx context.Context, method string, rsv *app.Reservation, err error, trailer metadata.MD, panicked bool) {
-	o := app.Outcome{Failed: panicked || serverFault(err)}
+	o := app.Outcome{Failed: panicked || serverFault(err), Code: statusOf(err).Code().String()}
 	o.Cost, o.Reported = i.reportedCost(ctx, method, err, trailer, rsv)
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), i.cfg.SettleTimeout)
 	defer cancel()

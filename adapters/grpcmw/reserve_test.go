@@ -201,6 +201,7 @@ func TestReservedCallSettlesByWhatTheHandlerReports(t *testing.T) {
 			return status.Error(codes.Internal, "oops")
 		}, codes.Internal, 16, false},
 		{"NotFound keeps the cost reserved", func(context.Context) error { return status.Error(codes.NotFound, "no") }, codes.NotFound, 15, false},
+		{"a code of refund_codes refunds", func(context.Context) error { return status.Error(codes.AlreadyExists, "dup") }, codes.AlreadyExists, 20, false},
 		{"not a number ignored", func(ctx context.Context) error { trailer(ctx, "x-cost", "two"); return nil }, codes.OK, 15, true},
 		{"two values ignored", func(ctx context.Context) error { trailer(ctx, "x-cost", "1", "x-cost", "2"); return nil }, codes.OK, 15, true},
 		{"a panic refunds", func(context.Context) error { panic("handler bug") }, codes.Internal, 20, false},

@@ -70,7 +70,7 @@ func (m *middleware) serveReserved(w http.ResponseWriter, r *http.Request, route
 	defer func() {
 		stopRenew()
 		status := sw.Status()
-		o := app.Outcome{Failed: !returned || status >= http.StatusInternalServerError}
+		o := app.Outcome{Failed: !returned || status >= http.StatusInternalServerError, Status: status}
 		o.Cost, o.Reported = m.reportedCost(r, route, status, w.Header(), rsv)
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.cfg.SettleTimeout)
 		defer cancel()

@@ -172,6 +172,9 @@ func TestReservedRouteSettlesByWhatTheHandlerReports(t *testing.T) {
 		{"4xx keeps the cost reserved", func(w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(http.StatusNotFound)
 		}, 15, false},
+		{"a status of refund_statuses refunds", func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusConflict)
+		}, 20, false},
 		{"negative ignored", func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("X-Cost", "-1")
 		}, 15, true},
