@@ -101,7 +101,13 @@
 --     the reservation, i8 its expiry; PX the TTL plus a margin.
 -- A key found nil by MGET under a window that wants a string is probed
 -- with one EXISTS over all such keys; only when that finds something is
--- each probed with TYPE (a ZSET log, or a foreign value).
+-- each probed with TYPE (a ZSET log, or a foreign value). A window that
+-- v4 always writes as a ZSET (a sliding log above the compact bound, a
+-- concurrency window) is left out of the MGET: its first ZSET read, a
+-- pcall, answers WRONGTYPE for a string, which one GET then reads. A
+-- ZSET log's units at or before the forget bound are trimmed by the
+-- first admitted write in each eighth of its period, never by a refusal
+-- or a Peek (docs/adr/014-redis-script-v4.md, "Performance").
 --
 -- Requires Redis 6.0.
 
