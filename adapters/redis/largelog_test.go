@@ -1,0 +1,157 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/lua"
+)
+
+// largeLogLoop drives BenchmarkLargeLogLoop inside one EVAL: the bench's
+// log-9-large shape (docs/BENCHMARKS.md) on a simulated population of
+// 1 000 clients, each with six ZSET windows of its own (ip, user and api
+// key × 2 000 per second and 20 000 per 10 s), and the big tenant's three
+// shared ZSETs (100 000 per second, 100 000 per 2 s twice), filled with
+// 25 000 units over the last 2 s before the first call. Every contender
+// runs on keys of its own; batches rotate the contenders' order, so a
+// slow moment of the machine and the position in a batch hit them all.
+// Each call of each contender reads TIME in the driver (the plain
+// script's milliseconds), so they all pay one more TIME alike.
+const largeLogLoop = `
+local pack = struct.pack
+local W = {{2000, 1000000}, {20000, 10000000}, {2000, 1000000}, {20000, 10000000},
+  {2000, 1000000}, {20000, 10000000}, {100000, 1000000}, {100000, 2000000}, {100000, 2000000}}
+local hdr = pack('>i8BI4I4i8I4', 0, 3, 1000, 1024, 0, 1) -- consume, server time, no grace
+for i = 1, 9 do
+  hdr = hdr .. pack('>BI4i8I4', 0, W[i][1], W[i][2], 1)
+end
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+local function keys(v, j)
+  local ks = {}
+  for i = 1, 9 do
+    if i >= 7 then
+      ks[i] = v .. ':{t}:big:' .. i
+    else
+      ks[i] = v .. ':{t}:' .. j .. ':' .. i
+    end
+  end
+  return ks
+end
+for _, x in ipairs(C) do
+  for i = 7, 9 do
+    for b = 0, 24999, 500 do
+      local a = {}
+      for m = b, b + 499 do
+        a[#a + 1] = now - 2000000 + m * 80
+        a[#a + 1] = 'pre' .. m
+      end
+      redis.call('ZADD', x.name .. ':{t}:big:' .. i, unpack(a))
+    end
+  end
+end
+local res, nonce, batches, calls = {}, 0, tonumber(ARGV[1]), tonumber(ARGV[2])
+for batch = 1, batches do
+  for cj = 1, #C do
+    local ci = (cj + batch) % #C + 1
+    local x = C[ci]
+    local t0 = redis.call('TIME')
+    for _ = 1, calls do
+      nonce = nonce + 1
+      local ks = keys(x.name, nonce % 1000)
+      local tt = redis.call('TIME')
+      local n = tt[1] * 1000000 + tt[2]
+      if x.kind == 'sluice' then
+        x.fn(ks, {hdr, 'n' .. nonce})
+      elseif x.kind == 'plain' then
+        local a = {tostring(math.floor(n / 1000)), 'm' .. nonce}
+        for i = 1, 9 do
+          a[#a + 1], a[#a + 2] = W[i][1], W[i][2] / 1000
+        end
+        x.fn(ks, a)
+      else
+        local a = {'0', '1', 'm' .. nonce, 'x'}
+        for i = 1, 9 do
+          a[#a + 1], a[#a + 2] = W[i][2] / 1000, W[i][2]
+        end
+        x.fn(ks, a)
+      end
+    end
+    local t1 = redis.call('TIME')
+    res[ci] = res[ci] or {}
+    table.insert(res[ci], ((t1[1] - t0[1]) * 1000000 + (t1[2] - t0[2])) / calls)
+  end
+end
+local out = {}
+for ci, x in ipairs(C) do
+  table.sort(res[ci])
+  out[ci] = {x.name, string.format('%.1f', res[ci][1]), string.format('%.1f', res[ci][math.ceil(#res[ci] / 2)])}
+end
+return out
+`
+
+// BenchmarkLargeLogLoop measures the large-log shape's Redis time per call
+// inside one EVAL (largeLogLoop): rate_limit_v3 (whose ZSET path v4 had
+// until docs/adr/014's "Performance": an MGET that finds the ZSET keys nil,
+// then per key the newest unit, the count in the window, the trim, the
+// add and the expiry), rate_limit_v4, the bench's plain script and its
+// floor (bench/internal/suite: the plain script's four commands per ZSET
+// key and TIME). Without the client and the network sharing the two
+// cores, its ratios move less than the bench's. It prints the least and
+// the median batch in µs per call; nothing is asserted about time.
+//
+//	go test -run '^$' -bench BenchmarkLargeLogLoop -benchtime 1x ./adapters/redis/
+func BenchmarkLargeLogLoop(b *testing.B) {
+	srv := redistest.NewServer(b)
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	require.NoError(b, err)
+	b.Cleanup(client.Close)
+	suite := func(name string) string {
+		src, err := os.ReadFile("../../bench/internal/suite/" + name)
+		require.NoError(b, err)
+		return string(src)
+	}
+	contender := func(name, kind, src string) string {
+		return fmt.Sprintf("{name = %q, kind = %q, fn = function(KEYS, ARGV)\n%s\nend},\n", name, kind, src)
+	}
+	src := "local C = {\n" +
+		contender("v3", "sluice", lua.RateLimitV3) +
+		contender("v4", "sluice", lua.RateLimitV4) +
+		contender("plain", "plain", suite("plain.lua")) +
+		contender("floor", "floor", suite("floor.lua")) +
+		"}\n" + largeLogLoop
+	var table strings.Builder
+	table.WriteString("\nlog-9-large inside one EVAL, Redis µs per call (least / median of 41 batches of 150 calls)\n" +
+		"| run | v3 | v4 | plain script | floor | v4/v3 | v4/plain | v4/floor | plain/floor |\n|---|---|---|---|---|---|---|---|---|\n")
+	for run := range b.N {
+		require.NoError(b, client.Do(b.Context(), client.B().Flushall().Build()).Error())
+		ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
+		rows, err := client.Do(ctx, client.B().Eval().Script(src).Numkeys(0).Arg("41", "150").Build()).ToArray()
+		cancel()
+		require.NoError(b, err)
+		fig := map[string][2]float64{}
+		for _, row := range rows {
+			f, err := row.AsStrSlice()
+			require.NoError(b, err)
+			var least, median float64
+			_, err = fmt.Sscan(f[1]+" "+f[2], &least, &median)
+			require.NoError(b, err)
+			fig[f[0]] = [2]float64{least, median}
+		}
+		cell := func(name string) string { return fmt.Sprintf("%.1f / %.1f", fig[name][0], fig[name][1]) }
+		versus := func(x, y string) string {
+			return fmt.Sprintf("%.2f / %.2f", fig[x][0]/fig[y][0], fig[x][1]/fig[y][1])
+		}
+		fmt.Fprintf(&table, "| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", run+1, cell("v3"), cell("v4"), cell("plain"), cell("floor"),
+			versus("v4", "v3"), versus("v4", "plain"), versus("v4", "floor"), versus("plain", "floor"))
+	}
+	b.Log(table.String())
+}
