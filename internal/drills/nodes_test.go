@@ -151,7 +151,19 @@ func (r *opsRecorder) RecordNodeTransition(_ context.Context, node string, c dom
 	return nil
 }
 
-func (r *opsRecorder) RecordStoreCall(context.Context, ports.StoreCall)     {}
+// RecordStoreCall counts the store calls that failed, by class, beside
+// the decisions' errors: a breaker opened by a failed call then names it.
+func (r *opsRecorder) RecordStoreCall(_ context.Context, c ports.StoreCall) {
+	if c.Err == nil {
+		return
+	}
+	r.mu.Lock()
+	if r.errs == nil {
+		r.errs = map[string]int{}
+	}
+	r.errs["store call "+c.Op.String()+": "+errClass(c.Err)]++
+	r.mu.Unlock()
+}
 func (r *opsRecorder) RecordReset(context.Context, ports.ResetRecord) error { return nil }
 
 // openings returns how many times a breaker (the instance's or a node's)
