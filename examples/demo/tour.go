@@ -29,7 +29,7 @@ func tourMain(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	t := &tour{ctx: ctx, base: strings.TrimRight(*base, "/"), client: &http.Client{Timeout: 10 * time.Second}, out: stdout}
 	t.grpcAddr = *grpcAddr
-	scenes := []func() error{t.burst, t.sharedTenant, t.plans, t.bruteForce, t.invalidContext, t.grpc, t.exports, t.reports, t.outage}
+	scenes := []func() error{t.burst, t.sharedTenant, t.plans, t.bruteForce, t.invalidContext, t.grpc, t.exports, t.reports, t.rotatingIdentities, t.outage}
 	for _, scene := range scenes {
 		if err := scene(); err != nil {
 			return err
@@ -268,10 +268,31 @@ func (t *tour) reports() error {
 	return err
 }
 
+// rotatingIdentities shows an ip window bounding an address across every
+// identity behind it (docs/adr/013): one address that names a new user and
+// tenant on each search passes the search's ip burst (20 per second) and
+// no more, though no user or tenant window is anywhere near its limit.
+func (t *tour) rotatingIdentities() error {
+	t.scene("9. one address rotating its user and tenant on every search: the ip burst (20/s) still bounds it")
+	// The searches of the first scenes leave the ip's one-second window.
+	select {
+	case <-time.After(1100 * time.Millisecond):
+	case <-t.ctx.Done():
+		return t.ctx.Err()
+	}
+	for i := 1; i <= 22; i++ {
+		name := fmt.Sprintf("rotor%02d", i)
+		if _, err := t.do(i, name+"  GET /api/v1/search  tenant "+name, "GET", "/api/v1/search", user(name+"@example.org", name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // outage drives /demo/outage (served with -dev): the degraded matrix per
 // route family, then the recovery.
 func (t *tour) outage() error {
-	t.scene("9. the store goes down (-dev's /demo/outage): each route family answers its way")
+	t.scene("10. the store goes down (-dev's /demo/outage): each route family answers its way")
 	code, err := t.do(0, "POST /demo/outage", "POST", "/demo/outage", nil)
 	if err != nil {
 		return err
@@ -302,7 +323,7 @@ func (t *tour) outage() error {
 		return err
 	}
 	fmt.Fprintln(t.out, "   (Watch is an auth method: it fails closed while the store is down)")
-	t.scene("10. the store is back: RECOVERING, then HEALTHY after 3 good probes")
+	t.scene("11. the store is back: RECOVERING, then HEALTHY after 3 good probes")
 	if _, err := t.do(0, "DELETE /demo/outage", "DELETE", "/demo/outage", nil); err != nil {
 		return err
 	}
