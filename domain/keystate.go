@@ -81,7 +81,7 @@ func (k *KeyState) Check(now int64, w Window, cost, grace int64) LimitStatus {
 	k.observe(now)
 	switch {
 	case w.Algorithm == GCRA:
-		t := w.EmissionMicros()
+		t := w.emissionIs(k.gcra.Interval)
 		return gcraCheck(k.tatUnder(now, w, t, grace), now, t, w.Limit, cost)
 	case k.algo == GCRA:
 		return stampedCheck(k.gcra.Outstanding(now), w, cost)
@@ -127,7 +127,7 @@ func (k *KeyState) Fit(now int64, w Window, cost, grace int64) int64 {
 func (k *KeyState) Committed(now int64, w Window, cost, grace int64, checked LimitStatus) LimitStatus {
 	k.observe(now)
 	if w.Algorithm == GCRA {
-		t := w.EmissionMicros()
+		t := w.emissionIs(k.gcra.Interval)
 		if k.algo != GCRA {
 			k.gcra = GCRAState{}
 			if tat := k.tatUnder(now, w, t, grace); tat > now {

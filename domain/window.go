@@ -3,6 +3,7 @@ package domain
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"time"
 )
 
@@ -135,6 +136,24 @@ func (w Window) EmissionMicros() int64 {
 		return e
 	}
 	return 1
+}
+
+// emissionIs returns EmissionMicros when c, a key's stored emission
+// interval, is it, which a key written under the same window proves in
+// one multiplication, without EmissionMicros' division; otherwise it
+// divides.
+func (w Window) emissionIs(c int64) int64 {
+	p, l := w.PeriodMicros(), w.Limit
+	if c >= 1 && l >= 1 && p >= 0 {
+		hi, lo := bits.Mul64(uint64(c), uint64(l))
+		switch {
+		case hi == 0 && lo <= uint64(p) && uint64(p)-lo < uint64(l):
+			return c // c·l ≤ p < (c+1)·l: c = ⌊p/l⌋
+		case c == 1 && p < l:
+			return 1 // ⌊p/l⌋ = 0, clamped to 1
+		}
+	}
+	return w.EmissionMicros()
 }
 
 // quo is a / b as Go computes it, dividing in 32 bits when both fit: a
