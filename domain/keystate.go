@@ -87,7 +87,7 @@ func (k *KeyState) Check(now int64, w Window, cost, grace int64) LimitStatus {
 		return stampedCheck(k.gcra.Outstanding(now), w, cost)
 	}
 	k.trimLog(grace)
-	return k.log.check(now, w, cost)
+	return k.log.check(now, w.PeriodMicros(), w.Limit, cost)
 }
 
 // stampedCheck is a sliding log's check at now of cost units on a key
@@ -146,9 +146,10 @@ func (k *KeyState) Committed(now int64, w Window, cost, grace int64, checked Lim
 			k.log.commit(now, u)
 		}
 	}
-	k.span = max(k.span, w.PeriodMicros())
+	p := w.PeriodMicros()
+	k.span = max(k.span, p)
 	k.trimLog(grace)
-	return k.log.Committed(now, w, cost, checked)
+	return k.log.committed(now, p, w.Limit, cost, checked)
 }
 
 // Idle reports whether dropping the key changes no answer for any caller
