@@ -442,15 +442,16 @@ func (s *Store) lockAll(b *batch, limits []domain.Limit, t int64, create bool) e
 // first): an insertion sort on the stack, allocation-free for the few keys
 // of a request. Ids are unique, so every decision locks in one order.
 func sortByID(order *[domain.MaxLimits]uint8, ents *[domain.MaxLimits]*entry, n int) {
-	id := func(i uint8) uint64 {
+	// The ids are read once each, not at every comparison.
+	var ids [domain.MaxLimits]uint64
+	for i := range n {
 		if e := ents[i]; e != nil {
-			return e.id
+			ids[i] = e.id
 		}
-		return 0
 	}
 	for i := range n {
 		order[i] = uint8(i)
-		for j := i; j > 0 && id(order[j]) < id(order[j-1]); j-- {
+		for j := i; j > 0 && ids[order[j]] < ids[order[j-1]]; j-- {
 			order[j], order[j-1] = order[j-1], order[j]
 		}
 	}
