@@ -152,3 +152,30 @@ func BenchmarkLoneDecision(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEvaluateWindows measures one decision of the Envoy door's
+// shape on the local store (Limiter.EvaluateWindows: two descriptor
+// windows of one scope, pseudonymised subjects), from one goroutine, with
+// limits no benchmark reaches.
+//
+//	go test -run '^$' -bench EvaluateWindows -benchmem ./app/
+func BenchmarkEvaluateWindows(b *testing.B) {
+	clock := fakeclock.New(time.Now())
+	l, err := app.New(benchConfig(), app.Deps{Store: newLocal(b), Fallback: newLocal(b), Clock: clock, Recorder: recordertest.Discard{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	huge := domain.Window{Name: "edge", Limit: 1 << 20, Period: time.Second, Algorithm: domain.GCRA}
+	req := app.WindowsRequest{RouteKey: "envoy_edge", Scope: "tenant-1", Windows: []app.CountedWindow{
+		{Subject: "user=alice", Window: huge, Cost: 1},
+		{Subject: "tenant=tenant-1", Window: domain.Window{Name: "edge_tenant", Limit: 1 << 20, Period: time.Second, Algorithm: domain.GCRA}, Cost: 1},
+	}}
+	b.ReportAllocs()
+	for b.Loop() {
+		clock.Advance(time.Millisecond)
+		if d, err := l.EvaluateWindows(context.Background(), req); err != nil || d.State != domain.Allowed {
+			b.Fatalf("decision %s (%s), err %v", d.State, d.Cause, err)
+		}
+	}
+}

@@ -95,9 +95,30 @@ func (l *Limiter) EvaluateWindows(ctx context.Context, req WindowsRequest) (doma
 	return ev.d, l.record(ctx, ev, &Request{Route: req.RouteKey, ClientIP: req.ClientIP})
 }
 
+// The lengths of routeKeyRE's and windowNameRE's names.
+const (
+	maxRouteKeyLen   = 64
+	maxWindowNameLen = 32
+)
+
+// isName reports whether s is 1 to max bytes of [a-z0-9_-]: routeKeyRE
+// (max 64) and windowNameRE (max 32) without a regexp, whose two matches
+// per request cost the Envoy door a tenth of its CPU in process.
+func isName(s string, max int) bool {
+	if s == "" || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 // prepareWindows checks req and builds its keys.
 func (l *Limiter) prepareWindows(ev *evaluation, req *WindowsRequest) error {
-	if !routeKeyRE.MatchString(req.RouteKey) {
+	if !isName(req.RouteKey, maxRouteKeyLen) {
 		// Never a label: the route key is checked before it names anything.
 		return &domain.ContextError{Cause: domain.CauseRouteInvalid, Detail: "route key outside [a-z0-9_-]{1,64}"}
 	}
@@ -115,7 +136,7 @@ func (l *Limiter) prepareWindows(ev *evaluation, req *WindowsRequest) error {
 			return &domain.ContextError{Cause: domain.CauseDimensionInvalid, Detail: "subject out of bounds"}
 		case len(cw.Scope) > MaxSubjectLen || !utf8.ValidString(cw.Scope):
 			return &domain.ContextError{Cause: domain.CauseDimensionInvalid, Detail: "window scope out of bounds"}
-		case !windowNameRE.MatchString(cw.Window.Name):
+		case !isName(cw.Window.Name, maxWindowNameLen):
 			return &domain.ContextError{Cause: domain.CauseInvalidLimit, Detail: "window name outside [a-z0-9_-]{1,32}"}
 		}
 		wtag := tag

@@ -82,7 +82,7 @@ func gcraCheck(tat, now, t, limit, cost int64) LimitStatus {
 	} else {
 		st.RetryAfter = Micros(next - capacity - now)
 	}
-	st.Remaining = max((capacity-(base-now))/t, 0)
+	st.Remaining = max(quo(capacity-(base-now), t), 0)
 	st.ResetAfter = Micros(base - now)
 	return st
 }
@@ -101,10 +101,14 @@ func gcraFit(tat, now, t, limit, cost int64) int64 {
 // consumption. Call it only after Check allowed them. The state is then
 // written under the window's emission interval.
 func (s *GCRAState) Committed(now int64, w Window, cost int64, checked LimitStatus) LimitStatus {
-	t := w.EmissionMicros()
+	return s.committed(now, w.EmissionMicros(), w.Limit, cost, checked)
+}
+
+// committed is Committed under the window's emission interval t and limit.
+func (s *GCRAState) committed(now, t, limit, cost int64, checked LimitStatus) LimitStatus {
 	s.TAT = max(s.tatUnder(now, t), now) + cost*t
 	s.Interval = t
-	checked.Remaining = max((t*w.Limit-(s.TAT-now))/t, 0)
+	checked.Remaining = max(quo(t*limit-(s.TAT-now), t), 0)
 	checked.ResetAfter = Micros(s.TAT - now)
 	return checked
 }

@@ -61,7 +61,12 @@ func (k *KeyState) trimLog(grace int64) {
 // tat returns the TAT the key reads as under the GCRA window w at now (S1,
 // S2): now when nothing is outstanding.
 func (k *KeyState) tat(now int64, w Window, grace int64) int64 {
-	t := w.EmissionMicros()
+	return k.tatUnder(now, w, w.EmissionMicros(), grace)
+}
+
+// tatUnder is tat with w's emission interval t already computed: a
+// decision divides once per key, not once per step.
+func (k *KeyState) tatUnder(now int64, w Window, t, grace int64) int64 {
 	if k.algo == GCRA {
 		return k.gcra.tatUnder(now, t)
 	}
@@ -76,12 +81,13 @@ func (k *KeyState) Check(now int64, w Window, cost, grace int64) LimitStatus {
 	k.observe(now)
 	switch {
 	case w.Algorithm == GCRA:
-		return gcraCheck(k.tat(now, w, grace), now, w.EmissionMicros(), w.Limit, cost)
+		t := w.emissionIs(k.gcra.Interval)
+		return gcraCheck(k.tatUnder(now, w, t, grace), now, t, w.Limit, cost)
 	case k.algo == GCRA:
 		return stampedCheck(k.gcra.Outstanding(now), w, cost)
 	}
 	k.trimLog(grace)
-	return k.log.check(now, w, cost)
+	return k.log.check(now, w.PeriodMicros(), w.Limit, cost)
 }
 
 // stampedCheck is a sliding log's check at now of cost units on a key
@@ -104,7 +110,8 @@ func stampedCheck(u int64, w Window, cost int64) LimitStatus {
 func (k *KeyState) Fit(now int64, w Window, cost, grace int64) int64 {
 	switch {
 	case w.Algorithm == GCRA:
-		return gcraFit(k.tat(now, w, grace), now, w.EmissionMicros(), w.Limit, cost)
+		t := w.EmissionMicros()
+		return gcraFit(k.tatUnder(now, w, t, grace), now, t, w.Limit, cost)
 	case k.algo == GCRA:
 		return max((w.Limit-k.gcra.Outstanding(now))/cost, 0)
 	}
@@ -120,16 +127,16 @@ func (k *KeyState) Fit(now int64, w Window, cost, grace int64) int64 {
 func (k *KeyState) Committed(now int64, w Window, cost, grace int64, checked LimitStatus) LimitStatus {
 	k.observe(now)
 	if w.Algorithm == GCRA {
+		t := w.emissionIs(k.gcra.Interval)
 		if k.algo != GCRA {
-			t := w.EmissionMicros()
 			k.gcra = GCRAState{}
-			if tat := k.tat(now, w, grace); tat > now {
+			if tat := k.tatUnder(now, w, t, grace); tat > now {
 				k.gcra = GCRAState{TAT: tat, Interval: t}
 			}
 			// The zero value releases the log's backing array.
 			k.log, k.span, k.algo = LogState{}, 0, GCRA
 		}
-		return k.gcra.Committed(now, w, cost, checked)
+		return k.gcra.committed(now, t, w.Limit, cost, checked)
 	}
 	if k.algo == GCRA {
 		u := k.gcra.Outstanding(now)
@@ -139,9 +146,10 @@ func (k *KeyState) Committed(now int64, w Window, cost, grace int64, checked Lim
 			k.log.commit(now, u)
 		}
 	}
-	k.span = max(k.span, w.PeriodMicros())
+	p := w.PeriodMicros()
+	k.span = max(k.span, p)
 	k.trimLog(grace)
-	return k.log.Committed(now, w, cost, checked)
+	return k.log.committed(now, p, w.Limit, cost, checked)
 }
 
 // Idle reports whether dropping the key changes no answer for any caller

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -76,6 +77,130 @@ func (d *Decision) RateLimitFields() (f RateLimitFields, ok bool) {
 	s := string(b)
 	f.Policy, f.RateLimit = s[:cut], s[cut:]
 	return f, true
+}
+
+// RateLimitFieldsMemo is RateLimitFields with the RateLimit-Policy value
+// taken from m when m holds it for the decision's windows (and remembered
+// there when not): the same fields, without building and copying the
+// policy list on every decision of a profile. A nil m, or a decision
+// whose limiting window is not among its windows, builds it as
+// RateLimitFields does.
+func (d *Decision) RateLimitFieldsMemo(m *PolicyMemo) (f RateLimitFields, ok bool) {
+	if d.Limit <= 0 || d.LimitingWindow == "" {
+		return f, false
+	}
+	ws := d.Windows.All()
+	listed := false
+	for i := range ws {
+		if samePolicyName(ws[i].Dimension, ws[i].Window.Name, d.LimitingDimension, d.LimitingWindow) {
+			listed = true
+			break
+		}
+	}
+	if m == nil || !listed {
+		return d.RateLimitFields()
+	}
+	f.Limit, f.Remaining, f.Reset = d.Limit, max(d.Remaining, 0), ceilSeconds(d.ResetAfter)
+	f.Policy = m.policy(ws)
+	var buf [128]byte
+	b := appendSFString(buf[:0], PolicyName(d.LimitingDimension, d.LimitingWindow))
+	b = append(b, ";r="...)
+	b = strconv.AppendInt(b, f.Remaining, 10)
+	b = append(b, ";t="...)
+	b = strconv.AppendInt(b, d.effectiveWindow(), 10)
+	f.RateLimit = string(b)
+	return f, true
+}
+
+// samePolicyName reports whether PolicyName(d1, w1) == PolicyName(d2,
+// w2), without building either.
+func samePolicyName(d1 Dimension, w1 string, d2 Dimension, w2 string) bool {
+	if d1 == d2 {
+		return w1 == w2
+	}
+	a, b := d1.String(), d2.String()
+	n := len(a) + 1 + len(w1)
+	if len(b)+1+len(w2) != n {
+		return false
+	}
+	at := func(dim, w string, i int) byte {
+		switch {
+		case i < len(dim):
+			return dim[i]
+		case i == len(dim):
+			return '-'
+		}
+		return w[i-len(dim)-1]
+	}
+	for i := range n {
+		if at(a, w1, i) != at(b, w2, i) {
+			return false
+		}
+	}
+	return true
+}
+
+// PolicyMemo remembers RateLimit-Policy values with the windows they
+// list: every decision of one profile (and plan) lists the same windows,
+// hence the same policy. It holds policyMemoSlots values, in slots chosen
+// by a hash of the windows; a miss builds the value and takes the slot.
+// The zero value is ready to use; it is safe for simultaneous use.
+type PolicyMemo struct {
+	slots [policyMemoSlots]atomic.Pointer[policyMemoEntry]
+}
+
+// policyMemoSlots bounds a PolicyMemo: a service has a few profiles.
+const policyMemoSlots = 16
+
+type policyMemoEntry struct {
+	windows []policyWindow
+	policy  string
+}
+
+// policyWindow is what a window contributes to a policy value.
+type policyWindow struct {
+	dim    Dimension
+	name   string
+	limit  int64
+	period time.Duration
+}
+
+// policy returns the RateLimit-Policy value listing ws.
+func (m *PolicyMemo) policy(ws []WindowCheck) string {
+	h := uint64(len(ws))
+	for i := range ws {
+		w := &ws[i]
+		h = h*0x9e3779b97f4a7c15 + uint64(w.Dimension)<<56 + uint64(len(w.Window.Name))<<48 + uint64(w.Window.Limit) + uint64(w.Window.Period)
+	}
+	slot := &m.slots[(h^h>>29)%policyMemoSlots]
+	if e := slot.Load(); e != nil && e.lists(ws) {
+		return e.policy
+	}
+	e := &policyMemoEntry{windows: make([]policyWindow, len(ws))}
+	var buf [1024]byte
+	b := buf[:0]
+	for i := range ws {
+		w := &ws[i]
+		e.windows[i] = policyWindow{dim: w.Dimension, name: w.Window.Name, limit: w.Window.Limit, period: w.Window.Period}
+		b = appendPolicy(b, PolicyName(w.Dimension, w.Window.Name), w.Window.Limit, w.Window.Period)
+	}
+	e.policy = string(b)
+	slot.Store(e)
+	return e.policy
+}
+
+// lists reports whether e's policy lists exactly ws.
+func (e *policyMemoEntry) lists(ws []WindowCheck) bool {
+	if len(e.windows) != len(ws) {
+		return false
+	}
+	for i := range ws {
+		w, p := &ws[i], &e.windows[i]
+		if w.Dimension != p.dim || w.Window.Limit != p.limit || w.Window.Period != p.period || w.Window.Name != p.name {
+			return false
+		}
+	}
+	return true
 }
 
 // RetryAfterSeconds is the Retry-After of a refusal, in whole seconds:

@@ -80,3 +80,62 @@ func TestClientIPBehindProxies(t *testing.T) {
 		})
 	}
 }
+
+// TestRateLimitFieldsMemo: the memoised fields are RateLimitFields', on
+// the first decision of a window list and on the ones that find it
+// remembered, for decisions of several profiles in turn (the memo never
+// answers one profile with another's policy), whichever window limits.
+func TestRateLimitFieldsMemo(t *testing.T) {
+	burst := domain.Window{Name: "burst", Limit: 5, Period: time.Second}
+	sustained := domain.Window{Name: "sustained", Limit: 100, Period: time.Minute}
+	fast := domain.Window{Name: "fast", Limit: 9, Period: 1500 * time.Millisecond}
+	decision := func(limiting int, checks ...domain.WindowCheck) domain.Decision {
+		l := checks[limiting]
+		d := domain.Decision{State: domain.Allowed, Limit: l.Window.Limit, Remaining: 3, ResetAfter: 2500 * time.Millisecond,
+			LimitingDimension: l.Dimension, LimitingWindow: l.Window.Name, LimitingPeriod: l.Window.Period}
+		for _, c := range checks {
+			d.Windows.Add(c)
+		}
+		return d
+	}
+	check := func(dim domain.Dimension, w domain.Window) domain.WindowCheck {
+		return domain.WindowCheck{Dimension: dim, Window: w, Allowed: true}
+	}
+	ipUser := []domain.WindowCheck{check(domain.DimensionIP, burst), check(domain.DimensionUser, burst), check(domain.DimensionTenant, sustained)}
+	otherLimit := []domain.WindowCheck{check(domain.DimensionIP, burst), check(domain.DimensionUser, burst), check(domain.DimensionTenant, domain.Window{Name: "sustained", Limit: 101, Period: time.Minute})}
+	otherName := []domain.WindowCheck{check(domain.DimensionIP, burst), check(domain.DimensionUser, fast), check(domain.DimensionTenant, sustained)}
+	shorter := []domain.WindowCheck{check(domain.DimensionIP, burst), check(domain.DimensionUser, burst)}
+	lookAlike := []domain.WindowCheck{check(domain.DimensionTenant, domain.Window{Name: "global-x", Limit: 5, Period: time.Second}), check(domain.DimensionTenantGlobal, domain.Window{Name: "x", Limit: 5, Period: time.Second})}
+	decisions := []domain.Decision{
+		decision(0, ipUser...), decision(1, ipUser...), decision(2, ipUser...),
+		decision(2, otherLimit...), decision(1, otherName...), decision(0, shorter...), decision(1, shorter...),
+		decision(0, lookAlike...), decision(1, lookAlike...),
+	}
+	// A limiting window the list lacks is added to the policy.
+	unlisted := decision(0, shorter...)
+	unlisted.LimitingDimension, unlisted.LimitingWindow = domain.DimensionAPIKey, "burst"
+	// A limiting window whose name is as long as a listed one's, and
+	// differs from it in one byte, is not listed.
+	alike := decision(0, lookAlike[0])
+	alike.LimitingDimension, alike.LimitingWindow = domain.DimensionTenantGlobal, "x"
+	decisions = append(decisions, unlisted, alike)
+	// More window lists than the memo has slots: some share a slot, and
+	// differ only by one window's limit.
+	for limit := range int64(40) {
+		decisions = append(decisions, decision(0, check(domain.DimensionIP, burst), check(domain.DimensionTenant, domain.Window{Name: "sustained", Limit: 1000 + limit, Period: time.Minute})))
+	}
+	var m domain.PolicyMemo
+	for round := range 3 {
+		for i := range decisions {
+			d := &decisions[i]
+			want, ok := d.RateLimitFields()
+			require.True(t, ok)
+			got, ok := d.RateLimitFieldsMemo(&m)
+			require.True(t, ok)
+			assert.Equal(t, want, got, "round %d, decision %d", round, i)
+		}
+	}
+	var none domain.Decision
+	_, ok := none.RateLimitFieldsMemo(&m)
+	assert.False(t, ok, "nothing counted, nothing to send")
+}

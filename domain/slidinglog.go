@@ -87,21 +87,22 @@ func (s *LogState) Count(now, p int64) int64 { return s.seek(now - p) }
 // consuming anything. Entries that left the window at now are forgotten
 // on the way, which changes no answer at now or later.
 func (s *LogState) Check(now int64, w Window, cost int64) LimitStatus {
-	s.forget(now - w.PeriodMicros())
-	return s.check(now, w, cost)
+	p := w.PeriodMicros()
+	s.forget(now - p)
+	return s.check(now, p, w.Limit, cost)
 }
 
-// check is Check without forgetting anything: it counts the units after
-// now−Period, whatever older ones the log still keeps.
-func (s *LogState) check(now int64, w Window, cost int64) LimitStatus {
-	p := w.PeriodMicros()
+// check is Check, for a window of period p (µs) and limit, without
+// forgetting anything: it counts the units after now−p, whatever older
+// ones the log still keeps.
+func (s *LogState) check(now, p, limit, cost int64) LimitStatus {
 	counted := s.seek(now - p)
-	st := LimitStatus{Remaining: max(w.Limit-counted, 0)}
-	if counted+cost <= w.Limit {
+	st := LimitStatus{Remaining: max(limit-counted, 0)}
+	if counted+cost <= limit {
 		st.Allowed = true
 	} else {
 		// The request passes once enough of the oldest counted units leave.
-		need := counted + cost - w.Limit
+		need := counted + cost - limit
 		for _, e := range s.entries[s.mid:] {
 			need -= e.n
 			if need <= 0 {
@@ -159,9 +160,13 @@ func (s *LogState) commit(now int64, cost int64) {
 // consumption. Call it only after Check allowed them (for a request, after
 // every Check of the request allowed).
 func (s *LogState) Committed(now int64, w Window, cost int64, checked LimitStatus) LimitStatus {
+	return s.committed(now, w.PeriodMicros(), w.Limit, cost, checked)
+}
+
+// committed is Committed for a window of period p (µs) and limit.
+func (s *LogState) committed(now, p, limit, cost int64, checked LimitStatus) LimitStatus {
 	s.commit(now, cost)
-	p := w.PeriodMicros()
-	checked.Remaining = max(w.Limit-s.seek(now-p), 0)
+	checked.Remaining = max(limit-s.seek(now-p), 0)
 	checked.ResetAfter = Micros(s.entries[len(s.entries)-1].at + p - now)
 	return checked
 }

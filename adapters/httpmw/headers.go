@@ -38,7 +38,7 @@ func PolicyName(dim domain.Dimension, window string) string { return domain.Poli
 // no window was counted (invalid context, a profile none of whose windows
 // applies, a degraded denial that counted nothing).
 func setRateLimitHeaders(h http.Header, d *domain.Decision) {
-	f, ok := d.RateLimitFields()
+	f, ok := d.RateLimitFieldsMemo(&policies)
 	if !ok {
 		return
 	}
@@ -59,6 +59,10 @@ func setRateLimitHeaders(h http.Header, d *domain.Decision) {
 	h[keyLimit], h[keyRemaining], h[keyReset] = vals[0:1:1], vals[1:2:2], vals[2:3:3]
 	h[keyPolicy], h[keyRateLimit] = vals[3:4:4], vals[4:5:5]
 }
+
+// policies remembers the RateLimit-Policy values of the profiles this
+// process serves: each profile's is built once, not on every response.
+var policies domain.PolicyMemo
 
 // headerValues holds the values of one response's rate-limit fields.
 type headerValues struct {

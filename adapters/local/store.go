@@ -207,7 +207,7 @@ func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("local: %w", err)
 	}
-	if n := len(limits); n <= 1 || n > domain.MaxLimits {
+	if n := len(limits); n == 0 || n > domain.MaxLimits || n == 1 && !limitOK(&limits[0]) {
 		if err := validate(limits, commit); err != nil {
 			return err
 		}
@@ -247,6 +247,29 @@ func validate(limits []domain.Limit, commit bool) error {
 	return domain.ValidateHeld(limits)
 }
 
+// limitOK reports whether l, alone, is a valid rate limit (a GCRA or
+// sliding-log window, which Evaluate and Peek both accept): a test of the
+// common case in a few comparisons, where validate's calls cost a
+// nine-key decision a tenth of its time. Every limit it accepts, validate
+// accepts; the others (a concurrency window, any offence) go to validate,
+// which decides and names the offence.
+func limitOK(l *domain.Limit) bool {
+	w := &l.Window
+	switch w.Algorithm {
+	case domain.GCRA:
+	case domain.SlidingLog:
+		if w.Limit > domain.MaxSlidingLogLimit {
+			return false
+		}
+	default:
+		return false
+	}
+	return l.Key != "" && len(l.Key) <= domain.MaxKeyLen &&
+		w.Limit >= 1 && w.Limit <= domain.MaxLimit &&
+		w.Period >= domain.MinPeriod && w.Period <= domain.MaxPeriod && w.Period%time.Microsecond == 0 &&
+		l.Cost >= 1 && l.Cost <= w.Limit
+}
+
 // validateMany checks a request of several limits as validate does,
 // without its comparison of every pair of keys (a string comparison per
 // pair, the dearest part of a nine-key decision after the algorithms):
@@ -255,7 +278,7 @@ func validate(limits []domain.Limit, commit bool) error {
 // is the same *domain.LimitError.
 func validateMany(limits []domain.Limit, hash *[domain.MaxLimits]uint64, commit bool) error {
 	for i := range limits {
-		if validate(limits[i:i+1], commit) != nil {
+		if !limitOK(&limits[i]) && validate(limits[i:i+1], commit) != nil {
 			return validate(limits, commit)
 		}
 		for j := range i {
@@ -419,15 +442,16 @@ func (s *Store) lockAll(b *batch, limits []domain.Limit, t int64, create bool) e
 // first): an insertion sort on the stack, allocation-free for the few keys
 // of a request. Ids are unique, so every decision locks in one order.
 func sortByID(order *[domain.MaxLimits]uint8, ents *[domain.MaxLimits]*entry, n int) {
-	id := func(i uint8) uint64 {
+	// The ids are read once each, not at every comparison.
+	var ids [domain.MaxLimits]uint64
+	for i := range n {
 		if e := ents[i]; e != nil {
-			return e.id
+			ids[i] = e.id
 		}
-		return 0
 	}
 	for i := range n {
 		order[i] = uint8(i)
-		for j := i; j > 0 && id(order[j]) < id(order[j-1]); j-- {
+		for j := i; j > 0 && ids[order[j]] < ids[order[j-1]]; j-- {
 			order[j], order[j-1] = order[j-1], order[j]
 		}
 	}
