@@ -265,6 +265,44 @@ func (r *Reservation) Renew(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// KeepAlive renews the lease every RenewEvery on clock (the Limiter's,
+// or a door's that is the same) until the returned stop is called, for an
+// entry point whose handler runs: stop returns once no renewal runs. The
+// renewals run on a context detached from ctx (a client gone does not end
+// a handler that goes on), each bounded by timeout, and end early once
+// the lease has ended (domain.ErrLeaseEnded). A renewal that fails is
+// tried again at the next tick. With nothing to renew it does nothing.
+func (r *Reservation) KeepAlive(ctx context.Context, clock ports.Clock, timeout time.Duration) (stop func()) {
+	every := r.RenewEvery()
+	if every <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			t := clock.NewTimer(every)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C():
+			}
+			rctx, rcancel := context.WithTimeout(ctx, timeout)
+			err := r.Renew(rctx)
+			rcancel()
+			if errors.Is(err, domain.ErrLeaseEnded) {
+				return
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // RenewEvery is how often an entry point renews the lease while the
 // request runs (a third of its TTL); zero when nothing needs renewing.
 func (r *Reservation) RenewEvery() time.Duration {

@@ -3,6 +3,8 @@ package domain
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -106,4 +108,29 @@ func (s Settlement) String() string {
 		return "expired"
 	}
 	return fmt.Sprintf("settlement(%d)", uint8(s))
+}
+
+// maxCostDigits bounds a reported cost's digits: MaxLimit has fewer.
+const maxCostDigits = 19
+
+// ParseCost reads a cost a handler reports after serving a request (a
+// response header, a trailer, gRPC trailer metadata; docs/adr/012): one
+// integer in decimal ASCII digits between 0 and MaxLimit, with optional
+// surrounding spaces or tabs. Anything else (a sign, a fraction, a list,
+// an empty value) is not a cost: ok is false.
+func ParseCost(v string) (cost int64, ok bool) {
+	v = strings.Trim(v, " \t")
+	if v == "" || len(v) > maxCostDigits {
+		return 0, false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, false
+		}
+	}
+	c, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ValidateActual(c) != nil {
+		return 0, false
+	}
+	return c, true
 }

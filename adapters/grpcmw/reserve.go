@@ -2,12 +2,10 @@ package grpcmw
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/domain"
-	"github.com/sluicehq/sluice/ports"
 )
 
 // Reserver decides through reservations that settle after the call
@@ -92,7 +89,7 @@ func statusOf(err error) *status.Status {
 // on).
 func (i *Interceptors) unaryReserved(ctx context.Context, req any, method string, handler grpc.UnaryHandler, rsv *app.Reservation) (resp any, err error) {
 	ctx, tr := captureTrailer(ctx)
-	stopRenew := renewWhile(ctx, i.cfg.Clock, i.cfg.SettleTimeout, rsv)
+	stopRenew := rsv.KeepAlive(ctx, i.cfg.Clock, i.cfg.SettleTimeout)
 	returned := false
 	defer func() {
 		stopRenew()
@@ -107,7 +104,7 @@ func (i *Interceptors) unaryReserved(ctx context.Context, req any, method string
 // reservation when it returns, also when it panics.
 func (i *Interceptors) streamReserved(srv any, ss grpc.ServerStream, method string, handler grpc.StreamHandler, rsv *app.Reservation) (err error) {
 	ctx, tr := captureTrailer(ss.Context())
-	stopRenew := renewWhile(ctx, i.cfg.Clock, i.cfg.SettleTimeout, rsv)
+	stopRenew := rsv.KeepAlive(ctx, i.cfg.Clock, i.cfg.SettleTimeout)
 	returned := false
 	defer func() {
 		stopRenew()
@@ -152,35 +149,12 @@ func (i *Interceptors) reportedCost(ctx context.Context, method string, err erro
 		return 0, false
 	}
 	if len(vals) == 1 {
-		if c, ok := parseCost(vals[0]); ok {
+		if c, ok := domain.ParseCost(vals[0]); ok {
 			return c, true
 		}
 	}
 	i.auditCost(ctx, method, key, strings.Join(vals, ","), rsv)
 	return 0, false
-}
-
-// maxCostDigits bounds a reported cost: domain.MaxLimit has fewer digits.
-const maxCostDigits = 19
-
-// parseCost reads a reported cost: one integer in decimal ASCII digits,
-// between 0 and domain.MaxLimit, with optional surrounding spaces or tabs.
-// Anything else (a sign, a fraction, a list) is not a cost.
-func parseCost(v string) (int64, bool) {
-	v = strings.Trim(v, " \t")
-	if v == "" || len(v) > maxCostDigits {
-		return 0, false
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return 0, false
-		}
-	}
-	c, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || domain.ValidateActual(c) != nil {
-		return 0, false
-	}
-	return c, true
 }
 
 // maxAuditedCost bounds the reported value written to the audit log.
@@ -256,39 +230,4 @@ func (s *trailerStream) Context() context.Context { return s.ctx }
 func (s *trailerStream) SetTrailer(md metadata.MD) {
 	s.ServerStream.SetTrailer(md)
 	s.tr.add(md)
-}
-
-// renewWhile renews rsv's lease every RenewEvery on clock until the
-// returned stop is called; stop returns once no renewal runs. The
-// renewals run on a context detached from ctx (a cancelled call does not
-// end a handler that goes on), each bounded by timeout.
-func renewWhile(ctx context.Context, clock ports.Clock, timeout time.Duration, rsv *app.Reservation) (stop func()) {
-	every := rsv.RenewEvery()
-	if every <= 0 {
-		return func() {}
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			t := clock.NewTimer(every)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C():
-			}
-			rctx, rcancel := context.WithTimeout(ctx, timeout)
-			err := rsv.Renew(rctx)
-			rcancel()
-			if errors.Is(err, domain.ErrLeaseEnded) {
-				return
-			}
-		}
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
 }

@@ -2,16 +2,13 @@ package httpmw
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/domain"
-	"github.com/sluicehq/sluice/ports"
 )
 
 // Reserver decides through reservations that settle after the response
@@ -65,7 +62,7 @@ func WithCost(f CostFunc) Option { return func(o *options) { o.cost = f } }
 func (m *middleware) serveReserved(w http.ResponseWriter, r *http.Request, route string, rsv *app.Reservation) {
 	sw := &statusWriter{}
 	ww := wrapStatus(w, sw)
-	stopRenew := renewWhile(r.Context(), m.cfg.Clock, m.cfg.SettleTimeout, rsv)
+	stopRenew := rsv.KeepAlive(r.Context(), m.cfg.Clock, m.cfg.SettleTimeout)
 	returned := false
 	defer func() {
 		stopRenew()
@@ -105,7 +102,7 @@ func (m *middleware) reportedCost(r *http.Request, route string, status int, h h
 		return 0, false
 	}
 	if len(vals) == 1 {
-		if c, ok := parseCost(vals[0]); ok {
+		if c, ok := domain.ParseCost(vals[0]); ok {
 			return c, true
 		}
 	}
@@ -126,29 +123,6 @@ func costValues(h http.Header, name string) []string {
 	return vals
 }
 
-// maxCostDigits bounds a reported cost: domain.MaxLimit has fewer digits.
-const maxCostDigits = 19
-
-// parseCost reads a reported cost: one integer in decimal ASCII digits,
-// between 0 and domain.MaxLimit, with optional surrounding spaces or tabs.
-// Anything else (a sign, a fraction, a list) is not a cost.
-func parseCost(v string) (int64, bool) {
-	v = strings.Trim(v, " \t")
-	if v == "" || len(v) > maxCostDigits {
-		return 0, false
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return 0, false
-		}
-	}
-	c, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || domain.ValidateActual(c) != nil {
-		return 0, false
-	}
-	return c, true
-}
-
 // maxAuditedCost bounds the reported value written to the audit log.
 const maxAuditedCost = 64
 
@@ -160,39 +134,4 @@ func (m *middleware) auditCost(ctx context.Context, route, source, value string,
 	m.cfg.AuditLog.LogAttrs(ctx, slog.LevelWarn, "sluice: cost report ignored",
 		slog.String("route", route), slog.String("source", source),
 		slog.String("value", strconv.Quote(value)), slog.Int64("reserved", rsv.Cost()))
-}
-
-// renewWhile renews rsv's lease every RenewEvery on clock until the
-// returned stop is called; stop returns once no renewal runs. The
-// renewals run on a context detached from ctx (a client gone does not
-// end a handler that goes on), each bounded by timeout.
-func renewWhile(ctx context.Context, clock ports.Clock, timeout time.Duration, rsv *app.Reservation) (stop func()) {
-	every := rsv.RenewEvery()
-	if every <= 0 {
-		return func() {}
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			t := clock.NewTimer(every)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-t.C():
-			}
-			rctx, rcancel := context.WithTimeout(ctx, timeout)
-			err := rsv.Renew(rctx)
-			rcancel()
-			if errors.Is(err, domain.ErrLeaseEnded) {
-				return
-			}
-		}
-	}()
-	return func() {
-		cancel()
-		<-done
-	}
 }
