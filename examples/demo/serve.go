@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -25,6 +27,9 @@ var defaultConfig []byte
 type options struct {
 	httpAddr, grpcAddr, config string
 	dev                        bool
+	// trusted are the proxies whose X-Forwarded-For names the client
+	// (-trusted-proxies); none by default: the peer is the client.
+	trusted []netip.Prefix
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -35,6 +40,16 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.grpcAddr, "grpc-addr", "127.0.0.1:9090", "gRPC listen address (grpc.health.v1.Health)")
 	fs.StringVar(&o.config, "config", "", "YAML configuration (default: the embedded examples/demo/sluice.yaml)")
 	fs.BoolVar(&o.dev, "dev", false, "development mode: generate a throw-away HMAC secret if RATE_LIMIT_HMAC_SECRET is unset, and open /demo/outage")
+	fs.Func("trusted-proxies", "comma-separated CIDRs of the proxies in front of the demo: their X-Forwarded-For names the client (ip windows count per client address)", func(v string) error {
+		for _, f := range strings.Split(v, ",") {
+			p, err := netip.ParsePrefix(strings.TrimSpace(f))
+			if err != nil {
+				return err
+			}
+			o.trusted = append(o.trusted, p)
+		}
+		return nil
+	})
 	return o, fs.Parse(args)
 }
 
@@ -88,7 +103,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer lim.Close()
 	audit := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("channel", "audit")
-	handler, err := newHTTPHandler(lim, rec.Handler(), outage, audit)
+	handler, err := newHTTPHandler(lim, rec.Handler(), outage, audit, o.trusted)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -68,8 +69,9 @@ const (
 
 // newHTTPHandler builds the HTTP side: the API behind authentication and
 // sluice, and, beside them, /metrics and (with -dev) /demo/outage. audit
-// receives the cost reports the middleware ignores.
-func newHTTPHandler(lim *app.Limiter, metrics http.Handler, outage *switchable, audit *slog.Logger) (http.Handler, error) {
+// receives the cost reports the middleware ignores. trusted are the
+// proxies whose X-Forwarded-For names the client (none: the peer is).
+func newHTTPHandler(lim *app.Limiter, metrics http.Handler, outage *switchable, audit *slog.Logger, trusted []netip.Prefix) (http.Handler, error) {
 	api := httpmw.NewServeMux()
 	api.HandleFunc("GET /api/v1/search", func(w http.ResponseWriter, r *http.Request) {
 		reply(w, http.StatusOK, map[string]any{"results": []string{"sluice", "rate limiting"}, "q": r.URL.Query().Get("q")})
@@ -82,7 +84,7 @@ func newHTTPHandler(lim *app.Limiter, metrics http.Handler, outage *switchable, 
 	if err := lim.CheckRoutes(api.Patterns()); err != nil {
 		return nil, err
 	}
-	limit, err := httpmw.New(lim, httpmw.Config{Route: api.Route(), Identity: identity, AuditLog: audit})
+	limit, err := httpmw.New(lim, httpmw.Config{Route: api.Route(), Identity: identity, AuditLog: audit, TrustedProxies: trusted, ProxyHeader: httpmw.XForwardedFor})
 	if err != nil {
 		return nil, err
 	}

@@ -104,7 +104,11 @@ func start(ctx context.Context, bin, config, redisAddr, dir string) (*demo, erro
 		return nil, err
 	}
 	defer logFile.Close()
-	cmd := exec.Command(bin, "-config", config, "-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0")
+	cmd := exec.Command(bin, "-config", config, "-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0",
+		// The load generator stands for a proxy in front of the demo:
+		// each client's address comes in X-Forwarded-For, so that its ip
+		// windows count per client (docs/adr/013) as behind a real one.
+		"-trusted-proxies", "127.0.0.0/8")
 	// Later entries win: a REDIS_URL of the caller's does not leak in.
 	cmd.Env = append(os.Environ(), "REDIS_URL=redis://"+redisAddr, "RATE_LIMIT_HMAC_SECRET="+suite.Secret)
 	cmd.Stderr = logFile

@@ -144,7 +144,7 @@ func targetsFor(base string, p *suite.Population) []vegeta.Target {
 		out[i] = vegeta.Target{
 			Method: http.MethodGet,
 			URL:    base + "/api/v1/search?q=sluice",
-			Header: http.Header{headerUser: {c.User}, headerTenant: {c.Tenant}, headerAPIKey: {c.APIKey}},
+			Header: http.Header{headerUser: {c.User}, headerTenant: {c.Tenant}, headerAPIKey: {c.APIKey}, "X-Forwarded-For": {c.IP.String()}},
 		}
 	}
 	return out
