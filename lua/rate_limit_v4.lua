@@ -216,6 +216,22 @@ local function ttl(px)
   return s
 end
 
+-- Writes a GCRA state (S6): its TAT, bare for v2 readers or with the
+-- interval t it was written with, for as long as it holds units (at
+-- least the TTL floor). Admission, charge and refund all write it so.
+local function settat(key, tat, t)
+  local px = tat - now + 999
+  px = (px - px % 1000) / 1000
+  if px < minttl then
+    px = minttl
+  end
+  if bare then
+    redis.call('SET', key, tat, 'PX', ttl(px))
+  else
+    redis.call('SET', key, pack('>Bi8i8', 2, tat, t), 'PX', ttl(px))
+  end
+end
+
 -- Ops 1-3: the lease record's key, the lease ID, ARGV[3], and for Settle
 -- and Renew what the record says: the lease's instant and expiry. The
 -- functions are made only here: a closure costs every call that makes
@@ -718,16 +734,7 @@ if op == 2 then
       if new > now + MAXP then
         new = now + MAXP
       end
-      local px = new - now + 999
-      px = (px - px % 1000) / 1000
-      if px < minttl then
-        px = minttl
-      end
-      if bare then
-        redis.call('SET', key, new, 'PX', ttl(px))
-      else
-        redis.call('SET', key, pack('>Bi8i8', 2, new, t), 'PX', ttl(px))
-      end
+      settat(key, new, t)
     elseif d > 0 then
       -- A log charges through an admission's writes below; it records
       -- at most its limit of a charge: beyond that the window is full
@@ -759,16 +766,7 @@ if op == 2 then
           if new < now then
             new = now
           end
-          local px = new - now + 999
-          px = (px - px % 1000) / 1000
-          if px < minttl then
-            px = minttl
-          end
-          if bare then
-            redis.call('SET', key, new, 'PX', ttl(px))
-          else
-            redis.call('SET', key, pack('>Bi8i8', 2, new, tw), 'PX', ttl(px))
-          end
+          settat(key, new, tw)
         end
       elseif leaseAt > now - p then
         -- A log: up to -d of the units stamped at the lease's instant,
@@ -918,16 +916,7 @@ for i = 1, U > 0 and n or 0 do
       remaining = (remaining - remaining % t) / t
       reset = new - now
       if consume then
-        local px = reset + 999
-        px = (px - px % 1000) / 1000
-        if px < minttl then
-          px = minttl
-        end
-        if bare then
-          redis.call('SET', KEYS[i], new, 'PX', ttl(px))
-        else
-          redis.call('SET', KEYS[i], pack('>Bi8i8', 2, new, t), 'PX', ttl(px))
-        end
+        settat(KEYS[i], new, t)
       end
     elseif g == 0 then
       local top = now
