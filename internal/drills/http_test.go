@@ -223,8 +223,12 @@ func (c *causeTap) distinct() []domain.Cause {
 // request; it is counted by its own address all the same, so the login's
 // per-ip burst throttles it after exactly the burst. Behind a trusted
 // proxy, the same headers do choose the address: they would matter.
+//
+// It runs alone, not in parallel with the other drills: its 25 requests
+// must meet one second's burst, and twice under the full package (once 17
+// of 20 passed; once the store failed after the first request, for both
+// rigs) the parallel drills' load or outages reached it.
 func TestHTTPSpoofedForwardedHeader(t *testing.T) {
-	t.Parallel()
 	const burst = 20 // the login profile's ip burst
 	untrusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
 	for _, h := range []httpmw.ProxyHeader{httpmw.XForwardedFor, httpmw.Forwarded} {
