@@ -15,6 +15,17 @@ const MaxKeyLen = 512
 
 // Limit is one check of a store request: consume Cost units on Key under
 // Window.
+//
+// Several limits of one request may name the same Key when each is a
+// SlidingLog window of the same Cost: the key is then one shared log that
+// serves each of their windows (docs/adr/015). A store records the
+// request's units in it once, not once per window; each window counts the
+// log's units inside its own period and decides alone, and the request
+// is admitted only when every window admits. The log keeps its units for
+// the longest period among the windows that name it (with the store's
+// grace, rule S5), so a sliding-log window of a principal reads the same
+// units whatever its period. Settle refunds or charges the key once, and
+// Reset(key) forgets every window of the log.
 type Limit struct {
 	Key    string
 	Window Window
@@ -41,9 +52,11 @@ func ValidateLimits(limits []Limit) error {
 
 // ValidateHeld checks a request for Store.Peek and Reserver.Reserve,
 // which accept every kind of window: 1 to MaxLimits limits, each with a
-// non-empty key of at most MaxKeyLen bytes, no key twice, a valid window
-// and a cost between 1 and the window's limit. It returns a *LimitError
-// naming the first offence.
+// non-empty key of at most MaxKeyLen bytes, a valid window and a cost
+// between 1 and the window's limit. A key named by several limits is one
+// shared log (SharesLog): each of them must be a SlidingLog window of the
+// same Cost, no two with the same limit and period. It returns a
+// *LimitError naming the first offence.
 func ValidateHeld(limits []Limit) error {
 	if len(limits) == 0 {
 		return &LimitError{Index: -1, Field: "limits", Reason: "at least one limit is required"}
@@ -69,8 +82,16 @@ func ValidateHeld(limits []Limit) error {
 			return &LimitError{Index: i, Field: "cost", Reason: "must not exceed the window's limit"}
 		}
 		for j := 0; j < i; j++ {
-			if limits[j].Key == l.Key {
-				return &LimitError{Index: i, Field: "key", Reason: fmt.Sprintf("duplicates limit %d", j)}
+			if limits[j].Key != l.Key {
+				continue
+			}
+			switch {
+			case l.Window.Algorithm != SlidingLog || limits[j].Window.Algorithm != SlidingLog:
+				return &LimitError{Index: i, Field: "key", Reason: fmt.Sprintf("duplicates limit %d: only sliding-log windows share a key (one log, docs/adr/015)", j)}
+			case l.Cost != limits[j].Cost:
+				return &LimitError{Index: i, Field: "cost", Reason: fmt.Sprintf("differs from limit %d's, whose key it shares: one log records each request's units once (docs/adr/015)", j)}
+			case l.Window.Period == limits[j].Window.Period && l.Window.Limit == limits[j].Window.Limit:
+				return &LimitError{Index: i, Field: "key", Reason: fmt.Sprintf("duplicates limit %d: the same window twice on one log", j)}
 			}
 		}
 	}
@@ -171,4 +192,18 @@ func (r *Result) finish(want int) {
 		}
 	}
 	r.ResetAfter = r.perLimit[r.Limiting].ResetAfter
+}
+
+// SharesLog reports whether limits[i] names the same key as an earlier
+// limit of the request (a shared log, docs/adr/015), and that earlier
+// limit's index: the first limit naming a key is the one a store reads
+// and writes it for; the later ones only count in it.
+func SharesLog(limits []Limit, i int) (first int, shared bool) {
+	k := limits[i].Key
+	for j := 0; j < i; j++ {
+		if limits[j].Key == k {
+			return j, true
+		}
+	}
+	return i, false
 }

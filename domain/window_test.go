@@ -75,6 +75,8 @@ func TestValidateLimits(t *testing.T) {
 	for i := range many {
 		many[i] = lim(string(rune('a'+i)), 1)
 	}
+	long10 := domain.Window{Name: "sustained", Limit: 50, Period: 10 * time.Second}
+	gcra10 := domain.Window{Name: "sustained", Limit: 50, Period: 10 * time.Second, Algorithm: domain.GCRA}
 	long := make([]byte, domain.MaxKeyLen+1)
 	for i := range long {
 		long[i] = 'k'
@@ -93,6 +95,9 @@ func TestValidateLimits(t *testing.T) {
 		{"empty key", []domain.Limit{lim("a", 1), lim("", 1)}, 1, "key"},
 		{"key too long", []domain.Limit{lim(string(long), 1)}, 0, "key"},
 		{"duplicate key", []domain.Limit{lim("a", 1), lim("b", 1), lim("a", 1)}, 2, "key"},
+		{"shared log", []domain.Limit{lim("a", 2), {Key: "a", Window: long10, Cost: 2}}, 0, ""},
+		{"shared log, another cost", []domain.Limit{lim("a", 2), {Key: "a", Window: long10, Cost: 1}}, 1, "cost"},
+		{"shared key, gcra", []domain.Limit{lim("a", 1), {Key: "a", Window: gcra10, Cost: 1}}, 1, "key"},
 		{"zero cost", []domain.Limit{lim("a", 0)}, 0, "cost"},
 		{"negative cost", []domain.Limit{lim("a", -1)}, 0, "cost"},
 		{"cost above limit", []domain.Limit{lim("a", 6)}, 0, "cost"},
@@ -111,5 +116,18 @@ func TestValidateLimits(t *testing.T) {
 			assert.Equal(t, tt.field, le.Field)
 			assert.True(t, errors.Is(err, domain.ErrInvalidLimit))
 		})
+	}
+}
+
+func TestSharesLog(t *testing.T) {
+	w := domain.Window{Name: "burst", Limit: 5, Period: time.Second}
+	limits := []domain.Limit{{Key: "a", Window: w, Cost: 1}, {Key: "b", Window: w, Cost: 1}, {Key: "a", Window: domain.Window{Limit: 9, Period: time.Minute}, Cost: 1}}
+	for i, want := range []struct {
+		first  int
+		shared bool
+	}{{0, false}, {1, false}, {0, true}} {
+		first, shared := domain.SharesLog(limits, i)
+		require.Equal(t, want.first, first, "limit %d", i)
+		require.Equal(t, want.shared, shared, "limit %d", i)
 	}
 }

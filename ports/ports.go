@@ -41,6 +41,12 @@ type Store interface {
 	// A request that breaks the contract of domain.ValidateLimits is refused
 	// with a *domain.LimitError before anything is read or written.
 	//
+	// Limits that name the same key are sliding-log windows sharing one
+	// log (domain.Limit, docs/adr/015): an admitted request records its
+	// units in that log once, and each window counts the log's units in
+	// its own period. Every method (Peek, EvaluateRepeated, Reserve,
+	// Settle, Renew) reads and writes such a key once per call.
+	//
 	// The store must not keep limits (the slice) once the call returns: the
 	// caller reuses its memory. Keeping a key string is fine.
 	Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error)
