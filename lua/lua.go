@@ -7,7 +7,7 @@
 // constant, and the adapter switches to it. Tests pin each script's SHA1 so
 // that an accidental edit fails the build.
 //
-// The Redis store runs RateLimitV4. RateLimitV1 to RateLimitV3 stay
+// The Redis store runs RateLimitV5. RateLimitV1 to RateLimitV4 stay
 // embedded, unchanged, for the record and for tests that check how each
 // version reads the keys the one before left (and, during a rolling
 // upgrade, how the previous one reads what the next writes).
@@ -58,7 +58,7 @@ var RateLimitV3 string
 // embedded text.
 const RateLimitV3SHA1 = "eccea6748f15b3bd9b0f6f7438e56509df801fc0"
 
-// RateLimitV4 is rate_limit_v4.lua, the script the Redis store runs: v3's
+// RateLimitV4 is rate_limit_v4.lua, the script the Redis store ran until v5: v3's
 // check, unchanged for Evaluate and Peek (it reads and writes every rate
 // key as v3 does, so the two run side by side during a rolling upgrade),
 // and reservations: Reserve (the check, concurrency slots under a lease,
@@ -73,3 +73,20 @@ var RateLimitV4 string
 // RateLimitV4SHA1 is the SHA1 of RateLimitV4. A test checks it against the
 // embedded text.
 const RateLimitV4SHA1 = "c1d1ffe1bd836102585e273d838b04dccecb0856"
+
+// RateLimitV5 is rate_limit_v5.lua, the script the Redis store runs: v4's
+// ops (Evaluate, Peek, Reserve, Settle, Renew) with each distinct key sent
+// once and each limit naming its key by index, so that several
+// sliding-log windows of one request count in one shared log, read once
+// and written once (docs/adr/015-one-log-per-principal.md). A key named by
+// one limit is read and written exactly as v4 does, so v4 and v5 run side
+// by side during a rolling upgrade. Its header documents the KEYS/ARGV
+// layout, the replies and the encodings; see
+// docs/adr/016-redis-script-v5.md.
+//
+//go:embed rate_limit_v5.lua
+var RateLimitV5 string
+
+// RateLimitV5SHA1 is the SHA1 of RateLimitV5. A test checks it against the
+// embedded text.
+const RateLimitV5SHA1 = "7e6e798ea441c2e32be727ea35d6b0f764560b7e"

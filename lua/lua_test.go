@@ -59,3 +59,16 @@ func TestRateLimitV4IsImmutable(t *testing.T) {
 		t.Fatalf("RateLimitV4SHA1 = %s, pinned %s", RateLimitV4SHA1, pinnedRateLimitV4)
 	}
 }
+
+// pinnedRateLimitV5 is the SHA1 of the released rate_limit_v5.lua.
+const pinnedRateLimitV5 = "7e6e798ea441c2e32be727ea35d6b0f764560b7e"
+
+func TestRateLimitV5IsImmutable(t *testing.T) {
+	sum := sha1.Sum([]byte(RateLimitV5))
+	if got := hex.EncodeToString(sum[:]); got != pinnedRateLimitV5 {
+		t.Fatalf("rate_limit_v5.lua has SHA1 %s, pinned %s: released scripts are immutable; put changes in rate_limit_v6.lua", got, pinnedRateLimitV5)
+	}
+	if RateLimitV5SHA1 != pinnedRateLimitV5 {
+		t.Fatalf("RateLimitV5SHA1 = %s, pinned %s", RateLimitV5SHA1, pinnedRateLimitV5)
+	}
+}

@@ -14,8 +14,8 @@ import (
 )
 
 // Reservations, concurrency windows and partitions on Redis: the ops 1-3
-// of lua.RateLimitV4 (docs/adr/012-reservations-and-leases.md for the
-// semantics, docs/adr/014-redis-script-v4.md for the keys, the replies
+// of lua.RateLimitV5, v4's ops (docs/adr/012-reservations-and-leases.md
+// for the semantics, docs/adr/014-redis-script-v4.md for the keys, the replies
 // and the failure classes).
 //
 // A lease is a record key beside the request's keys, in the slot of its
@@ -32,7 +32,7 @@ import (
 // a lease record.
 const leaseKeyInfix = ":lease:"
 
-// Settle's replies (lua.RateLimitV4, op 2).
+// Settle's replies (lua.RateLimitV5, op 2).
 const (
 	replySettled        = 1
 	replyAlreadySettled = 2

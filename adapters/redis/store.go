@@ -1,13 +1,18 @@
 // Package redis is the sluice Store on Redis, standalone or Cluster, through
 // github.com/redis/rueidis.
 //
-// Every call is one round trip: the versioned script lua.RateLimitV4
+// Every call is one round trip: the versioned script lua.RateLimitV5
 // checks all the limits of a request and consumes on every key only when
 // every limit admits, atomically, since a script runs alone on its node.
 // The same script holds reservations (ports.Reserver: Reserve, Settle,
 // Renew) and concurrency windows under leases; see reserve.go and
-// docs/adr/014-redis-script-v4.md. v4 reads and writes every rate key as
-// v3 does, so v3 and v4 instances share keys during a rolling upgrade.
+// docs/adr/014-redis-script-v4.md. Sliding-log windows of one request
+// that name the same key share one log in it (domain.SharesLog): the key
+// is sent once, read once and written once per call, each window counting
+// its own period in it (docs/adr/015-one-log-per-principal.md,
+// docs/adr/016-redis-script-v5.md). v5 reads and writes a key named by
+// one limit as v4 and v3 do, so instances of each share keys during a
+// rolling upgrade.
 // The same call decides n identical requests at one instant
 // (EvaluateRepeated, ports.Repeater), in O(keys) work whatever n.
 // The script is sent with EVALSHA; when the server does not know it
@@ -139,10 +144,10 @@ type callBuf struct {
 	extra  [8]byte
 }
 
-// Argument and reply layout of lua.RateLimitV4 (see the script's header).
+// Argument and reply layout of lua.RateLimitV5 (see the script's header).
 const (
 	packedHead     = 29 // i8 now, B flags, I4 floor of TTLs, I4 compact bound, i8 grace, I4 n
-	packedPerLimit = 17 // B algorithm, I4 limit, i8 period, I4 cost
+	packedPerLimit = 18 // B algorithm, I4 limit, i8 period, I4 cost, B index of the key in KEYS
 	flagConsume    = 1
 	flagServerTime = 2
 	flagBareGCRA   = 4
@@ -201,7 +206,7 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	}
 	s := &Store{
 		client:     o.client,
-		script:     rueidis.NewLuaScript(lua.RateLimitV4),
+		script:     rueidis.NewLuaScript(lua.RateLimitV5),
 		timeout:    cfg.timeout(),
 		ownTimeout: fmt.Sprintf("the store's own %s timeout (the call had no deadline)", cfg.timeout()),
 		serverTime: cfg.Time == ServerTime,
@@ -255,8 +260,8 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// LoadScript sends SCRIPT LOAD of lua.RateLimitV4 to every node and checks
-// that each answers with lua.RateLimitV4SHA1. New calls it; call it again
+// LoadScript sends SCRIPT LOAD of lua.RateLimitV5 to every node and checks
+// that each answers with lua.RateLimitV5SHA1. New calls it; call it again
 // after a server restart to spare the first decisions a NOSCRIPT round
 // trip. A node that cannot answer gives an error wrapping
 // domain.ErrStoreUnavailable (or domain.ErrStoreTimeout); a node that
@@ -267,12 +272,12 @@ func (s *Store) LoadScript(ctx context.Context) error {
 	}
 	var errs []error
 	for addr, node := range s.client.Nodes() {
-		sha, err := node.Do(ctx, node.B().ScriptLoad().Script(lua.RateLimitV4).Build()).ToString()
+		sha, err := node.Do(ctx, node.B().ScriptLoad().Script(lua.RateLimitV5).Build()).ToString()
 		switch {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("SCRIPT LOAD on %s: %w", addr, s.mapErr(ctx, ctx, err, "the caller's deadline")))
-		case sha != lua.RateLimitV4SHA1:
-			errs = append(errs, fmt.Errorf("%w: SCRIPT LOAD on %s returned %s, want %s", ErrScriptMismatch, addr, sha, lua.RateLimitV4SHA1))
+		case sha != lua.RateLimitV5SHA1:
+			errs = append(errs, fmt.Errorf("%w: SCRIPT LOAD on %s returned %s, want %s", ErrScriptMismatch, addr, sha, lua.RateLimitV5SHA1))
 		}
 	}
 	return errors.Join(errs...)
@@ -414,7 +419,11 @@ func valueError(err error, limits []domain.Limit, leaseKey string) error {
 
 // pack writes the script's KEYS and ARGV for req on limits into buf,
 // without allocating, and returns ARGV: [1] the binary header and limits,
-// [2] the nonce (or the lease ID), [3] for the lease ops req.extra.
+// [2] the nonce (or the lease ID), [3] for the lease ops req.extra. KEYS
+// holds each distinct key once, in the order the limits first name it;
+// each limit carries its key's index (a shared log, domain.SharesLog).
+// The script names a key's error by the first limit naming it (or
+// len(limits)+1 for the lease record), as valueError reads it.
 func (s *Store) pack(buf *callBuf, now time.Time, limits []domain.Limit, req *request) []string {
 	flags := req.op * flagOp
 	var us int64
@@ -436,14 +445,21 @@ func (s *Store) pack(buf *callBuf, now time.Time, limits []domain.Limit, req *re
 	p = binary.BigEndian.AppendUint64(p, uint64(s.grace))
 	p = binary.BigEndian.AppendUint32(p, uint32(req.n)) // 1..ports.MaxRepeat
 	keys := buf.keys[:0]
+	var index [domain.MaxLimits]byte // the 1-based KEYS index of each limit's key
 	for i := range limits {
 		l := &limits[i]
-		keys = append(keys, l.Key)
+		if first, shared := domain.SharesLog(limits, i); shared {
+			index[i] = index[first]
+		} else {
+			keys = append(keys, l.Key)
+			index[i] = byte(len(keys)) // at most domain.MaxLimits
+		}
 		p = append(p, byte(l.Window.Algorithm))
 		// ValidateLimits bounds limit and cost by domain.MaxLimit (2^30).
 		p = binary.BigEndian.AppendUint32(p, uint32(l.Window.Limit))
 		p = binary.BigEndian.AppendUint64(p, uint64(l.Window.PeriodMicros()))
 		p = binary.BigEndian.AppendUint32(p, uint32(l.Cost))
+		p = append(p, index[i])
 	}
 	buf.packed = p
 	buf.args[0] = unsafe.String(unsafe.SliceData(p), len(p))
@@ -552,7 +568,8 @@ func figures(vals []rueidis.RedisMessage, v []int64, limits []domain.Limit, i in
 	return nil
 }
 
-// Reset deletes key, forgetting every unit counted on it.
+// Reset deletes key, forgetting every unit counted on it (every window of
+// a shared log, docs/adr/015).
 func (s *Store) Reset(ctx context.Context, key string) error {
 	if s.closed.Load() {
 		return domain.ErrStoreClosed

@@ -867,7 +867,7 @@ func TestConfigValidate(t *testing.T) {
 // after a flush.
 func TestNewLoadsTheScriptOnEveryNode(t *testing.T) {
 	exists := func(addr string) int64 {
-		v := do(t, addr, "SCRIPT", "EXISTS", lua.RateLimitV4SHA1)
+		v := do(t, addr, "SCRIPT", "EXISTS", lua.RateLimitV5SHA1)
 		list, ok := v.([]any)
 		require.True(t, ok, "SCRIPT EXISTS reply %T", v)
 		require.Len(t, list, 1)

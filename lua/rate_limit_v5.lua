@@ -1,0 +1,1159 @@
+-- sluice rate_limit_v5: all-or-nothing check of up to 16 rate limits on
+-- their keys, for n identical requests at one instant; reservations (a
+-- check that also takes concurrency slots under a lease, its settlement
+-- and its renewal); and shared logs: several sliding-log windows of one
+-- request counting in one key.
+--
+-- IMMUTABLE once released: a test pins this file's SHA1. Any change, even
+-- to a comment, is a new file (rate_limit_v6.lua) and a new constant.
+--
+-- v4 (rate_limit_v4.lua) with one change of layout: KEYS holds each
+-- distinct key once, and each limit names its key by index. A key named
+-- by several limits is one sliding log serving each of their windows
+-- (docs/adr/015-one-log-per-principal.md): an admitted request records its
+-- units in it once; each window counts the units inside its own period
+-- and answers exactly as it would on a log of its own holding the same
+-- units. A key named by one limit is read and written exactly as v4 (and
+-- v3) read and write it, so that v4 and v5 instances share keys during a
+-- rolling upgrade. Integer microseconds everywhere, which a Lua double
+-- holds exactly below 2^53. The rules (S1-S7) and the rate encodings are
+-- those of docs/adr/009-stored-state-and-script-v3.md; reservations,
+-- concurrency keys and lease records are
+-- docs/adr/012-reservations-and-leases.md and
+-- docs/adr/014-redis-script-v4.md; this script's layout and costs,
+-- docs/adr/016-redis-script-v5.md.
+--
+-- KEYS[k]   the k-th distinct key of the request (k <= u), numbered in the
+--           order the limits first name them; all keys share one hash slot
+-- KEYS[u+1] the lease record (ops 1-3 only), in the slot of KEYS[1]
+-- ARGV[1]   binary, big-endian (struct): a 29-byte header, then 18 bytes
+--           per limit (n = the limits, u <= n <= 16).
+--             header: i8 now (unix microseconds; ignored with flag 2)
+--                     B  flags: 1 consume (Evaluate, Reserve; else Peek),
+--                              2 take now from the server clock (TIME),
+--                              4 write GCRA as a bare decimal TAT, the
+--                                only GCRA encoding v2 reads,
+--                              8 * op: 0 Evaluate or Peek, 1 Reserve,
+--                                2 Settle, 3 Renew
+--                     I4 floor of every TTL, in milliseconds (>= 1)
+--                     I4 largest sliding-log limit stored compactly;
+--                        0: store every sliding log as a ZSET
+--                     i8 grace in microseconds (>= 0)
+--                     I4 n, the number of identical requests (>= 1; 1
+--                        for ops 1-3)
+--             per limit: B algorithm (0 sliding log, 1 GCRA, 2
+--                        concurrency), I4 limit, i8 period in
+--                        microseconds, I4 cost, B its key's index k
+-- ARGV[2]   op 0: a nonce unique to this call: ZSET members are
+--           nonce..":"..k. Ops 1-3: the lease ID (32 hex characters).
+-- ARGV[3]   ops 1-3 only, i8: Reserve and Renew the lease TTL in
+--           microseconds, Settle the actual cost.
+--
+-- A key's indices must appear in order: a limit names either a key named
+-- before or the next one. Limits that share a key must all be sliding
+-- logs of one cost. A shared key is:
+--   a ZSET when any of its windows' limits is above the compact bound,
+--     else a compact string log (its capacity, the largest limit);
+--   kept by the longest period P among its windows: it forgets a unit
+--     only once the unit is at or before latest - P - min(grace, P)
+--     (latest its newest unit or now), its TTL is that of a window of
+--     period P, and a ZSET's trim runs once in each eighth of P;
+--   read once (one MGET value or one ZSET's newest unit), counted per
+--     window (units in (max(now - p, latest - p - min(grace, p)), now]
+--     for a window of period p), written once (cost × n units per
+--     admission), refunded or charged once by Settle.
+-- A key named by one limit is that rule with P its window's period: v4's.
+--
+-- Op 0 (Evaluate, Peek): the n requests are decided in order, each all
+-- or nothing, as n calls of one request would be: the first A (the
+-- admitted count) pass, and every later one is refused and consumes
+-- nothing. A = min(n, min over the limits of the requests each window
+-- alone fits). Reply: {A, then when A > 0, per limit: remaining,
+-- reset_after_us after the A-th request; then when A < n, per limit:
+-- remaining, retry_after_us, reset_after_us of a refused request}.
+-- retry_after_us is 0 exactly when that window alone would admit. Peek
+-- (flag 1 off) writes nothing and replies {A, then per limit: remaining,
+-- retry_after_us, reset_after_us of the state as it stands}. Peek reads
+-- concurrency keys too; Evaluate refuses them.
+--
+-- Op 1 (Reserve): op 0's decision of one request, concurrency windows
+-- included; when admitted, the rate keys are written as op 0 writes
+-- them (a ZSET log's members named ID..":"..k), each concurrency key
+-- gets members ID..":"..k (k = 1..cost) scored by the lease's expiry
+-- now + TTL, and the lease record is written. Reply: op 0's, then now.
+--
+-- Op 2 (Settle): reply {1} settled, {2} already settled, {3} expired
+-- (or no record). Settling reads and validates every key, then per rate
+-- key (once, however many windows share it) d = actual - cost: d > 0
+-- charges d units at now (a log records at most its largest window's
+-- limit of them; GCRA moves its TAT, capped at now + MaxPeriod), d < 0
+-- refunds -d units in the algorithm the key is stored in: a log loses up
+-- to -d of the units stamped at the lease's instant (a compact log's
+-- units at that instant, a ZSET log's members ID..":"..k, then, should
+-- they have been renamed by a rewrite, other members at that instant)
+-- unless they left its longest window, a GCRA TAT moves back -d of the
+-- intervals it was written with, never before now. Every concurrency key
+-- loses the lease's members; the record is marked settled.
+--
+-- Op 3 (Renew): reply {1, now} renewed, {0} the lease is settled,
+-- expired or unknown. The record and the lease's concurrency members
+-- take the expiry now + TTL.
+--
+-- A value the script cannot interpret makes it return the error
+-- "SLUICEVALUE <i> <reason>" (i the 1-based index of the first limit
+-- naming the key, n + 1 the lease record; reason wrongtype, malformed,
+-- range or future) before anything is written.
+--
+-- Encodings (what a key holds), v4's:
+--   GCRA v3: "\2", i8 TAT, i8 emission interval it was written with.
+--   GCRA v2: a bare decimal TAT; read with the window's own interval.
+--   compact sliding log: "\1", then the instant of each unit (unsigned,
+--     7 bytes) ascending, for limits up to the compact bound and instants
+--     from 1970 on.
+--   ZSET sliding log: one member per unit scored by its instant.
+--   concurrency: a ZSET, one member per slot held, ID..":"..k, scored by
+--     its lease's expiry; members at or before now are expired and not
+--     counted; a write of the key trims those at or before now - grace,
+--     and the key lives until its latest expiry plus the grace.
+--   lease record: "\3", B state (1 open, 2 settled), i8 the instant of
+--     the reservation, i8 its expiry; PX the TTL plus a margin.
+-- A key found nil by MGET under windows that want a string is probed
+-- with one EXISTS over all such keys; only when that finds something is
+-- each probed with TYPE. A key that v5 writes as a ZSET (a sliding log
+-- with a window above the compact bound, a concurrency window) is left
+-- out of the MGET: its first ZSET read, a pcall, answers WRONGTYPE for a
+-- string, which one GET then reads.
+--
+-- Requires Redis 6.0.
+
+local a = ARGV[1]
+local u = #KEYS
+-- Ops 1-3 carry ARGV[3] and the lease record as the last key. What op 0
+-- (every decision) pays for them is a few tests per call, not per key.
+local na = #ARGV
+local leased = na == 3
+if leased then
+  u = u - 1
+end
+local n = (#a - 29) / 18
+if u < 1 or na < 2 or na > 3 or n < u or n > 16 or n % 1 ~= 0 then
+  return redis.error_reply('ERR sluice rate_limit_v5: want 1 or more keys (and the lease record), ARGV[1] of 29 + 18 bytes per limit (at least one limit per key, at most 16), ARGV[2] a nonce or lease ID (and ARGV[3])')
+end
+local sunpack, pack, sub, byte, rep, floor = struct.unpack, struct.pack, string.sub, string.byte, string.rep, math.floor
+local now, flags, minttl, compact, grace, reps = sunpack('>i8BI4I4i8I4', a)
+local op = 0
+if leased then
+  op = (flags - flags % 8) / 8
+  flags = flags % 8
+  if op < 1 or op > 3 or reps ~= 1 then
+    return redis.error_reply('ERR sluice rate_limit_v5: ARGV[3] is for ops 1-3, each of one request')
+  end
+elseif flags >= 8 then
+  return redis.error_reply('ERR sluice rate_limit_v5: ops 1-3 take ARGV[3] and the lease record')
+end
+if reps < 1 or grace < 0 then
+  return redis.error_reply('ERR sluice rate_limit_v5: n must be at least 1 and the grace not negative')
+end
+if flags % 4 >= 2 then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+local consume, bare = flags % 2 == 1, flags >= 4
+-- Every limit's algorithm, limit, period, cost and key index, in one
+-- unpack: arg[5i-4] to arg[5i].
+local arg = {sunpack('>' .. rep('BI4i8I4B', n), a, 30)}
+
+-- domain.MaxPeriod in microseconds; no stored instant may lie further
+-- ahead of now than AHEAD (a longer wait than any window can ask for).
+local MAXP = 31622400000000
+local AHEAD = 2 * MAXP
+local horizon = now + AHEAD
+
+local NONE, GCRA, COMPACT, ZSET, CONC = 0, 1, 2, 3, 4
+
+-- Per key, 12 slots of ks from 12(k-1): 1 kind, 2 value (a compact
+-- string, or a GCRA state's TAT), 3 a GCRA state's interval (false when
+-- bare), 4 the newest unit (a concurrency key's latest expiry; or
+-- false), 5 the first kept index of a compact log, 6 its forget bound,
+-- 7 a compact log's units (a concurrency key's slots held); then from
+-- the arguments, 8 the first limit naming it (the one a write and an
+-- error name), 9 the longest period, 10 the largest limit, 11 the
+-- algorithm it is written in (3: not written) and 12 the cost. Every
+-- slot exists from the start, so that the table is an array (slots
+-- written sparsely land in its hash part, whose rehashes cost more than
+-- a key's reading).
+local ks = {}
+for x = 1, 12 * u do
+  ks[x] = false
+end
+local seen = 0
+for i = 1, n do
+  local j = 5 * i
+  local k, g, l, p = arg[j], arg[j - 4], arg[j - 3], arg[j - 2]
+  if k == seen + 1 then
+    seen = k
+    local b = 12 * k - 12
+    ks[b + 8], ks[b + 9], ks[b + 10], ks[b + 11], ks[b + 12] = i, p, l, g, arg[j - 1]
+  elseif k < 1 or k > seen then
+    return redis.error_reply('ERR sluice rate_limit_v5: a limit names key ' .. k .. ': keys are named 1 to u, each first after the ones before it')
+  else
+    -- A shared log (docs/adr/015): sliding-log windows of one cost.
+    local b = 12 * k - 12
+    if g ~= 0 or ks[b + 11] ~= 0 or arg[j - 1] ~= ks[b + 12] then
+      return redis.error_reply('ERR sluice rate_limit_v5: limits that share a key must be sliding logs of one cost')
+    end
+    if p > ks[b + 9] then
+      ks[b + 9] = p
+    end
+    if l > ks[b + 10] then
+      ks[b + 10] = l
+    end
+  end
+end
+if seen ~= u then
+  return redis.error_reply('ERR sluice rate_limit_v5: every key must be named by a limit')
+end
+
+-- First index in [lo, hi) of compact string v whose instant exceeds x (hi
+-- if none), given a, the instant at lo, and b, the instant at hi - 1 (or
+-- nil: read here). The probes alternate between interpolation (arrivals
+-- are about even in time: the boundary is found in a probe or two) and
+-- bisection (a burst at one instant cannot make it linear). Elsewhere,
+-- integer division is written (x - x % y) / y: exact for the integers
+-- below 2^52 it meets, and no function call; an interpolated index is a
+-- quotient of doubles and takes floor, which x - x % 1 may miss by an
+-- ulp.
+local function above(v, lo, hi, x, a, b)
+  local bisect = false
+  while lo < hi do
+    a = a or sunpack('>I7', v, 2 + 7 * lo)
+    if a > x then
+      return lo
+    end
+    b = b or sunpack('>I7', v, 7 * hi - 5)
+    if b <= x then
+      return hi
+    end
+    -- a <= x < b: the index is in (lo, hi - 1].
+    local g
+    if bisect then
+      g = lo + hi
+      g = (g - g % 2) / 2
+    else
+      g = lo + 1 + floor((x - a) * (hi - 2 - lo) / (b - a))
+    end
+    bisect = not bisect
+    local y = sunpack('>I7', v, 2 + 7 * g)
+    if y > x then
+      hi, b = g + 1, y
+      if g == lo + 1 then
+        return g
+      end
+    else
+      lo, a = g + 1, nil
+    end
+  end
+  return lo
+end
+
+local function bad(i, reason)
+  return redis.error_reply('SLUICEVALUE ' .. i .. ' ' .. reason)
+end
+
+local format = string.format
+
+-- A TTL in milliseconds as the string redis.call sends: a number argument
+-- costs Redis a conversion per call, and the keys of one window share
+-- their TTL, converted once.
+local ttls = {}
+local function ttl(px)
+  local s = ttls[px]
+  if not s then
+    s = format('%.0f', px)
+    ttls[px] = s
+  end
+  return s
+end
+
+-- Writes a GCRA state (S6): its TAT, bare for v2 readers or with the
+-- interval t it was written with, for as long as it holds units (at
+-- least the TTL floor). Admission, charge and refund all write it so.
+local function settat(key, tat, t)
+  local px = tat - now + 999
+  px = (px - px % 1000) / 1000
+  if px < minttl then
+    px = minttl
+  end
+  if bare then
+    redis.call('SET', key, tat, 'PX', ttl(px))
+  else
+    redis.call('SET', key, pack('>Bi8i8', 2, tat, t), 'PX', ttl(px))
+  end
+end
+
+-- Ops 1-3: the lease record's key, the lease ID, ARGV[3], and for Settle
+-- and Renew what the record says: the lease's instant and expiry. The
+-- functions are made only here: a closure costs every call that makes
+-- it, and op 0 needs none.
+local lkey, lid, X, leaseAt, leaseExp, recordpx, members
+local OPEN, SETTLED = 1, 2
+if leased then
+  if #ARGV[3] ~= 8 then
+    return redis.error_reply('ERR sluice rate_limit_v5: ARGV[3] must be 8 bytes')
+  end
+  lkey, lid, X = KEYS[u + 1], ARGV[2], sunpack('>i8', ARGV[3])
+  -- The record's TTL in milliseconds: the lease's, plus a margin of as
+  -- much again (at most a minute, at least the floor of TTLs), so that a
+  -- Settle retried after the expiry still finds the lease settled, and a
+  -- caller whose clock is a little behind the server's still finds it.
+  recordpx = function(us)
+    local ms = us + 999
+    ms = (ms - ms % 1000) / 1000
+    local m = ms
+    if m > 60000 then
+      m = 60000
+    end
+    if m < minttl then
+      m = minttl
+    end
+    return ttl(ms + m)
+  end
+  -- cmd on key with the lease's members ID:from..ID:to, each after
+  -- score when given, after opt when given; in batches of 500, as Lua's
+  -- stack bounds unpack. Returns the sum of the replies.
+  members = function(cmd, key, opt, score, from, to)
+    local sum = 0
+    for k0 = from, to, 500 do
+      local args, m = {}, 0
+      if opt then
+        args[1], m = opt, 1
+      end
+      for k = k0, math.min(k0 + 499, to) do
+        if score then
+          m = m + 1
+          args[m] = score
+        end
+        m = m + 1
+        args[m] = lid .. ':' .. k
+      end
+      sum = sum + redis.call(cmd, key, unpack(args))
+    end
+    return sum
+  end
+  if op > 1 then
+    local r = redis.pcall('GET', lkey)
+    if type(r) == 'table' and r.err then
+      return bad(n + 1, 'wrongtype')
+    end
+    local state
+    if r then
+      if #r ~= 18 or byte(r, 1) ~= 3 then
+        return bad(n + 1, 'malformed')
+      end
+      local _
+      _, state, leaseAt, leaseExp = sunpack('>BBi8i8', r)
+      if state ~= OPEN and state ~= SETTLED then
+        return bad(n + 1, 'malformed')
+      end
+    end
+    if op == 2 then
+      -- Settle: an expired lease counted at its cost reserved and its
+      -- slots are back; a settled one stays settled.
+      if not r or (state == OPEN and leaseExp <= now) then
+        return {3}
+      end
+      if state == SETTLED then
+        return {2}
+      end
+    else
+      -- Renew: every concurrency key read and validated, then its
+      -- lease's members (those still there) moved to the new expiry,
+      -- the expired ones trimmed, the key's TTL its latest expiry.
+      if not r or state ~= OPEN or leaseExp <= now then
+        return {0}
+      end
+      local exp, tops = now + X, {}
+      for i = 1, n do
+        if arg[5 * i - 4] == 2 then
+          local z = redis.pcall('ZRANGE', KEYS[arg[5 * i]], -1, -1, 'WITHSCORES')
+          if z.err then
+            return bad(i, 'wrongtype')
+          end
+          local top = false
+          if z[2] then
+            top = tonumber(z[2])
+            if top ~= top or top % 1 ~= 0 then
+              return bad(i, 'range')
+            end
+          end
+          tops[i] = top
+        end
+      end
+      for i = 1, n do
+        local top = tops[i]
+        if top then
+          local key = KEYS[arg[5 * i]]
+          redis.call('ZREMRANGEBYSCORE', key, '-inf', now - grace)
+          members('ZADD', key, 'XX', exp, 1, arg[5 * i - 1])
+          if exp > top then
+            top = exp
+          end
+          local px = top - now + grace + 999
+          px = (px - px % 1000) / 1000
+          if px < minttl then
+            px = minttl
+          end
+          redis.call('PEXPIRE', key, ttl(px))
+        end
+      end
+      redis.call('SET', lkey, pack('>BBi8i8', 3, OPEN, leaseAt, exp), 'PX', recordpx(X))
+      return {1, now}
+    end
+  end
+end
+
+-- Per limit, 8 slots of st from 8(i-1), the ones its window needs: 1
+-- kind (its key's), 2 the first index inside the window (compact), 3 the
+-- units inside the window (a concurrency window's slots held), 4 the
+-- newest unit (or false), 5 for a GCRA window the start (max(TAT, now),
+-- converted), 6 the lower bound of the window, 7 the emission interval
+-- (8 unused). Every slot exists from the start, as in ks.
+local st = {}
+for x = 1, 8 * n do
+  st[x] = false
+end
+
+-- Read phase: one MGET reads every string; nothing is written before
+-- every key is read and validated. First each key's kind (slot 1): what
+-- MGET found, a ZSET key's (nil, or a ZSET: the ZSET commands tell), or
+-- for a key found missing under windows that want a string, what one
+-- EXISTS over all of them (and TYPE, only when that finds one) says. A
+-- key v5 always writes as a ZSET (a sliding log with a window above the
+-- compact bound, a concurrency window) is left out of the MGET, and its
+-- first ZSET command, a pcall, tells a string from a ZSET by WRONGTYPE
+-- (then one GET reads it). In the large-log shape every key is one: no
+-- MGET at all.
+local zw = 0
+for k = 1, u do
+  local b = 12 * k - 12
+  local g = ks[b + 11]
+  if g == 2 or (g == 0 and ks[b + 10] > compact) then
+    zw = zw + 1
+    ks[b + 1] = true
+  end
+end
+local got
+if zw == 0 then
+  if leased then
+    got = redis.call('MGET', unpack(KEYS, 1, u))
+  else
+    got = redis.call('MGET', unpack(KEYS))
+  end
+elseif zw == u then
+  got = {}
+else
+  local ss, m = {}, 0
+  for k = 1, u do
+    if not ks[12 * k - 11] then
+      m = m + 1
+      ss[m] = KEYS[k]
+    end
+  end
+  local r = redis.call('MGET', unpack(ss))
+  got, m = {}, 0
+  for k = 1, u do
+    if ks[12 * k - 11] then
+      got[k] = false
+    else
+      m = m + 1
+      got[k] = r[m]
+    end
+  end
+end
+local probe
+for k = 1, u do
+  local b = 12 * k - 12
+  local v = got[k]
+  local kind = NONE
+  if ks[b + 1] then
+    if ks[b + 11] == 2 then
+      kind = CONC
+    else
+      kind = ZSET
+    end
+  elseif v then
+    if byte(v, 1) == 1 then
+      kind = COMPACT
+    else
+      kind = GCRA
+    end
+  else
+    probe = probe or {}
+    probe[#probe + 1] = k
+  end
+  ks[b + 1] = kind
+end
+if probe then
+  local ss = {}
+  for j = 1, #probe do
+    ss[j] = KEYS[probe[j]]
+  end
+  if redis.call('EXISTS', unpack(ss)) > 0 then
+    for j = 1, #probe do
+      local k = probe[j]
+      local ty = redis.call('TYPE', KEYS[k])['ok']
+      if ty == 'zset' then
+        ks[12 * k - 11] = ZSET
+      elseif ty ~= 'none' then
+        return bad(ks[12 * k - 4], 'wrongtype')
+      end
+    end
+  end
+end
+
+-- Then each key's value, validated and decoded once, whatever the
+-- windows that read it (a function per key would be a closure of many
+-- upvalues, made on every call: it costs more than its work).
+for k = 1, u do
+  local b = 12 * k - 12
+  local kind, v, i = ks[b + 1], got[k], ks[b + 8]
+  local key = KEYS[k]
+  -- A key the windows say is a ZSET: its newest unit, or WRONGTYPE, then
+  -- a string read here (a GCRA state, or a compact log written under a
+  -- limit at or below the bound), decoded below as MGET's would be.
+  local z
+  if kind == ZSET or kind == CONC then
+    z = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if z.err then
+      v = redis.pcall('GET', key)
+      if type(v) ~= 'string' then
+        return bad(i, 'wrongtype')
+      end
+      if byte(v, 1) == 1 then
+        kind = COMPACT
+      else
+        kind = GCRA
+      end
+    end
+  end
+  local tw, newest, lo, fcut, m = false, false, 0, 0, 0
+  if kind == GCRA then
+    local tag, x, y = 0
+    if #v == 17 then
+      -- One unpack reads the tag too; a 17-character decimal starts with
+      -- a digit or '-', never byte 2.
+      tag, x, y = sunpack('>Bi8i8', v)
+    end
+    if tag == 2 then
+      if y < 1 or y > MAXP then
+        return bad(i, 'range')
+      end
+      v, tw = x, y
+    else
+      x = tonumber(v)
+      if not x then
+        return bad(i, 'malformed')
+      end
+      -- Finite, whole, and exact in a double (inf, nan, 1e19 are not).
+      if x ~= x or x % 1 ~= 0 or x >= 2 ^ 53 or x < -AHEAD then
+        return bad(i, 'range')
+      end
+      v = x
+    end
+    if v > horizon then
+      return bad(i, 'future')
+    end
+  elseif kind == COMPACT then
+    m = #v - 1
+    if m % 7 ~= 0 then
+      return bad(i, 'malformed')
+    end
+    m = m / 7
+    if m > 0 then
+      local first
+      first, newest = sunpack('>I7', v, 2), sunpack('>I7', v, 7 * m - 5)
+      if newest > horizon then
+        return bad(i, 'future')
+      end
+      if first > newest then
+        return bad(i, 'malformed')
+      end
+      -- The forget bound of the longest window (S5).
+      local latest, p = now, ks[b + 9]
+      if newest > now then
+        latest = newest
+      end
+      local gr = grace
+      if gr > p then
+        gr = p
+      end
+      fcut = latest - p - gr
+      if first <= fcut then
+        lo = above(v, 1, m, fcut, nil, newest)
+      end
+    end
+  elseif kind == ZSET then
+    if z[2] then
+      newest = tonumber(z[2])
+      if newest ~= newest or newest < -AHEAD or newest % 1 ~= 0 then
+        return bad(i, 'range')
+      end
+      if newest > horizon then
+        return bad(i, 'future')
+      end
+      local latest, p = now, ks[b + 9]
+      if newest > now then
+        latest = newest
+      end
+      local gr = grace
+      if gr > p then
+        gr = p
+      end
+      fcut = latest - p - gr
+    else
+      kind = NONE
+    end
+  elseif kind == CONC then
+    -- The slots its unexpired members hold (slot 7) and its latest
+    -- expiry.
+    if z[2] then
+      newest = tonumber(z[2])
+      if newest ~= newest or newest % 1 ~= 0 then
+        return bad(i, 'range')
+      end
+      if newest > horizon then
+        return bad(i, 'future')
+      end
+      if newest > now then
+        m = redis.call('ZCOUNT', key, now + 1, '+inf')
+      end
+    end
+  end
+  ks[b + 1], ks[b + 2], ks[b + 3], ks[b + 4], ks[b + 5], ks[b + 6], ks[b + 7] = kind, v, tw, newest, lo, fcut, m
+end
+
+-- Then each window's count in its key, and A, the requests every window
+-- admits: the least of what each alone fits.
+local A = reps
+for i = 1, n do
+  local j = 5 * i
+  local g, l, p, c, k = arg[j - 4], arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
+  local kb = 12 * k - 12
+  local kind, v, newest = ks[kb + 1], ks[kb + 2], ks[kb + 4]
+  local b = 8 * i - 8
+  local t = (p - p % l) / l
+  if t < 1 then
+    t = 1
+  end
+  if g == 2 then
+    -- A string there is not a concurrency key; only a reservation takes
+    -- a slot.
+    if kind ~= CONC then
+      return bad(i, 'wrongtype')
+    end
+    if consume and op ~= 1 then
+      return redis.error_reply('ERR sluice rate_limit_v5: a concurrency window is held by a reservation (op 1), not consumed by Evaluate')
+    end
+  end
+  -- A log's units inside this window: (lower, now], lower the later of
+  -- now - p and this window's own forget bound (S5, with its own p).
+  local count, low, lower = 0, 0, 0
+  if kind == COMPACT or kind == ZSET then
+    if newest then
+      local latest, gr = now, grace
+      if newest > now then
+        latest = newest
+      end
+      if gr > p then
+        gr = p
+      end
+      lower = latest - p - gr
+      if lower < now - p then
+        lower = now - p
+      end
+      if kind == COMPACT then
+        local m, lo = ks[kb + 7], ks[kb + 5]
+        if lower == ks[kb + 6] then
+          -- The key's own forget bound (one window, no grace): found once.
+          low = lo
+        else
+          low = above(v, lo, m, lower, nil, newest)
+        end
+        count = m - low
+      else
+        -- Whole microseconds: (lower, +inf) is [lower + 1, +inf), and a
+        -- number reaches Redis exactly, without a string.format.
+        count = redis.call('ZCOUNT', KEYS[k], lower + 1, '+inf')
+      end
+    end
+  end
+  local fit
+  if g == 1 then
+    local start = now
+    if kind == GCRA then
+      if v > now then
+        local w = ks[kb + 3] or t
+        if w == t then
+          start = v
+        else
+          -- S1: the units outstanding under the interval they were
+          -- written with, a partly drained one whole, at the new one.
+          local d = v - now
+          local x = (d - d % w) / w
+          if d % w > 0 then
+            x = x + 1
+          end
+          x = x * t
+          if x > MAXP then
+            x = MAXP
+          end
+          start = now + x
+        end
+      end
+    elseif kind ~= NONE then
+      -- S2: a log's units inside the window, consumed now.
+      local x = count * t
+      if x > MAXP then
+        x = MAXP
+      end
+      start = now + x
+    end
+    local room = t * l - (start - now)
+    if room > 0 then
+      fit = (room - room % (c * t)) / (c * t)
+    else
+      fit = 0
+    end
+    st[b + 1], st[b + 5], st[b + 7] = kind, start, t
+  elseif g == 0 then
+    if kind == GCRA then
+      -- S3: the units a GCRA state holds, stamped now.
+      newest = false
+      if v > now then
+        local w = ks[kb + 3] or t
+        local d = v - now
+        count = (d - d % w) / w
+        if d % w > 0 then
+          count = count + 1
+        end
+        newest = now
+      end
+    end
+    local room = l - count
+    if room > 0 then
+      fit = (room - room % c) / c
+    else
+      fit = 0
+    end
+    st[b + 1], st[b + 2], st[b + 3], st[b + 4], st[b + 6], st[b + 7] = kind, low, count, newest, lower, t
+  else
+    count = ks[kb + 7]
+    local room = l - count
+    if room > 0 then
+      fit = (room - room % c) / c
+    else
+      fit = 0
+    end
+    st[b + 1], st[b + 3], st[b + 4] = kind, count, newest
+  end
+  if fit < A then
+    A = fit
+  end
+end
+
+-- Settle: each concurrency key gives the lease's slots back, each rate
+-- key (once, whatever the windows sharing it) refunds or charges here,
+-- but a log's charge goes through the writes of an admission below, its
+-- cost (slot 12) replaced by the charge; every other key's algorithm
+-- (slot 11) is replaced by 3, which those writes skip. The record is
+-- marked settled last.
+local nonce = ARGV[2]
+if op == 2 then
+  -- A charge's members must not be the reservation's own (ID:k).
+  nonce = nonce .. '+'
+  for k = 1, u do
+    local kb = 12 * k - 12
+    local i = ks[kb + 8]
+    local b, j = 8 * i - 8, 5 * i
+    local g, c = ks[kb + 11], ks[kb + 12]
+    local kind, key, d = ks[kb + 1], KEYS[k], X - c
+    ks[kb + 11] = 3
+    if g == 2 then
+      if st[b + 4] then
+        members('ZREM', key, false, false, 1, c)
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', now - grace)
+      end
+    elseif d > 0 and g == 1 then
+      -- GCRA: the TAT moves on d intervals from max(TAT, now), converted
+      -- (S1, S2), at most MaxPeriod ahead of now, in the window's
+      -- encoding (S6).
+      local t = st[b + 7]
+      local new = st[b + 5] + d * t
+      if new > now + MAXP then
+        new = now + MAXP
+      end
+      settat(key, new, t)
+    elseif d > 0 then
+      -- A log charges through an admission's writes below; it records
+      -- at most its largest window's limit of a charge: beyond that
+      -- every window of it is full until now + its period anyway.
+      local l = ks[kb + 10]
+      if d > l then
+        d = l
+      end
+      ks[kb + 11], ks[kb + 12] = 0, d
+    elseif d < 0 and kind ~= NONE then
+      -- A refund of -d units, in the algorithm the key is stored in (a
+      -- key rewritten under another window since the reservation gives
+      -- back what its state still holds), as domain.KeyState.Refund.
+      local v, p = ks[kb + 2], ks[kb + 9]
+      if kind == GCRA then
+        -- The TAT moves back -d of the intervals it was written with,
+        -- never before now (a bare TAT: the window's interval).
+        local tw = ks[kb + 3]
+        if not tw then
+          local pl, ll = arg[j - 2], arg[j - 3]
+          tw = (pl - pl % ll) / ll
+          if tw < 1 then
+            tw = 1
+          end
+        end
+        if v > now then
+          local new = v + d * tw
+          if new < now then
+            new = now
+          end
+          settat(key, new, tw)
+        end
+      elseif leaseAt > now - p then
+        -- A log: up to -d of the units stamped at the lease's instant,
+        -- unless they left its longest window (a compact log's units at
+        -- one instant are alike; a ZSET log's are the lease's members).
+        if kind == COMPACT then
+          local m = ks[kb + 7]
+          local hi = above(v, 0, m, leaseAt)
+          local x = hi - above(v, 0, hi, leaseAt - 1)
+          if x > -d then
+            x = -d
+          end
+          if x > 0 then
+            redis.call('SET', key, sub(v, 1, 1 + 7 * (hi - x)) .. sub(v, 2 + 7 * hi), 'KEEPTTL')
+          end
+        else
+          -- The lease's own members; then, for a log rewritten as a
+          -- ZSET since (its members renamed), units at its instant.
+          local left = -d - members('ZREM', key, false, false, c + d + 1, c)
+          while left > 0 do
+            local z = redis.call('ZRANGEBYSCORE', key, leaseAt, leaseAt, 'LIMIT', 0, math.min(left, 500))
+            if #z == 0 then
+              break
+            end
+            redis.call('ZREM', key, unpack(z))
+            left = left - #z
+          end
+        end
+      end
+    end
+  end
+  consume, A = true, reps
+end
+local U = 0 -- the requests consumed
+if consume then
+  U = A
+end
+local reply = {A}
+if not consume or A < reps then
+  -- The x-th oldest unit inside limit i's window (1 <= x <= count).
+  local function unit(i, x)
+    local b = 8 * i - 8
+    local kind = st[b + 1]
+    if kind == COMPACT then
+      return sunpack('>I7', ks[12 * arg[5 * i] - 10], 2 + 7 * (st[b + 2] + x - 1))
+    elseif kind == ZSET then
+      local z = redis.call('ZRANGEBYSCORE', KEYS[arg[5 * i]], '(' .. format('%.0f', st[b + 6]), '+inf', 'WITHSCORES', 'LIMIT', x - 1, 1)
+      local y = tonumber(z[2])
+      return y - y % 1 -- validated integral up to the newest
+    end
+    return now
+  end
+
+  local o = 1
+  if U > 0 then
+    o = 1 + 2 * n
+  end
+  for i = 1, n do
+    local b = 8 * i - 8
+    local count, newest, t = st[b + 3], st[b + 4], st[b + 7]
+    local j = 5 * i
+    local g, l, p, c = arg[j - 4], arg[j - 3], arg[j - 2], arg[j - 1]
+    local used = U * c
+    local remaining, retry, reset = 0, 0, 0
+    if g == 1 then
+      local start = st[b + 5] + used * t
+      local capacity = t * l
+      if start + c * t - now > capacity then
+        retry = start + c * t - capacity - now
+      end
+      remaining = capacity - (start - now)
+      if remaining > 0 then
+        remaining = (remaining - remaining % t) / t
+      else
+        remaining = 0
+      end
+      reset = start - now
+    elseif g == 0 then
+      local total = count + used
+      if total + c > l then
+        -- The need-th oldest unit of the window's units and the used
+        -- ones at now, which sort after every unit up to now.
+        local need = total + c - l
+        local first
+        if need <= count then
+          first = unit(i, need)
+        end
+        if used > 0 and not (first and first <= now) then
+          local y = need - used
+          first = now
+          if y >= 1 then
+            local x = unit(i, y)
+            if x > now then
+              first = x
+            end
+          end
+        end
+        retry = first + p - now
+      end
+      remaining = l - total
+      if remaining < 0 then
+        remaining = 0
+      end
+      if total > 0 then
+        local top = newest or now
+        if used > 0 and top < now then
+          top = now
+        end
+        reset = top + p - now
+      end
+    else
+      -- A concurrency window (Peek, or a refused Reserve): count slots
+      -- held, newest their latest expiry; a refusal waits for the
+      -- earliest expiry. Instants out of order can find more held than
+      -- the limit: never below zero.
+      remaining = l - count
+      if remaining < 0 then
+        remaining = 0
+      end
+      if count + c > l then
+        local z = redis.call('ZRANGEBYSCORE', KEYS[arg[j]], '(' .. format('%.0f', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+        retry = tonumber(z[2]) - now
+      end
+      if count > 0 then
+        reset = newest - now
+      end
+    end
+    reply[o + 1], reply[o + 2], reply[o + 3] = remaining, retry, reset
+    o = o + 3
+  end
+end
+if U > 0 and op ~= 2 then
+  -- Each window's figures after the A-th request.
+  local o = 1
+  for i = 1, n do
+    local b = 8 * i - 8
+    local j = 5 * i
+    local g, l, p, c = arg[j - 4], arg[j - 3], arg[j - 2], arg[j - 1]
+    local used = U * c
+    local remaining, reset
+    if g == 1 then
+      local t = st[b + 7]
+      local new = st[b + 5] + used * t
+      remaining = t * l - (new - now)
+      remaining = (remaining - remaining % t) / t
+      reset = new - now
+    elseif g == 0 then
+      local top, newest = now, st[b + 4]
+      if newest and newest > now then
+        top = newest
+      end
+      remaining = l - st[b + 3] - used
+      reset = top + p - now
+    else
+      local exp, top = now + X, st[b + 4]
+      if not top or top < exp then
+        top = exp
+      end
+      remaining, reset = l - st[b + 3] - used, top - now
+    end
+    if remaining < 0 then
+      remaining = 0
+    end
+    reply[o + 1], reply[o + 2] = remaining, reset
+    o = o + 2
+  end
+end
+-- The writes, once per key, after every read.
+local rec -- the compact record of one unit at now
+local one -- a ZSET log's member of one unit: the keys of a call share it
+for k = 1, U > 0 and u or 0 do
+  local kb = 12 * k - 12
+  local g, i = ks[kb + 11], ks[kb + 8]
+  local b = 8 * i - 8
+  local key, used = KEYS[k], U * ks[kb + 12]
+  if g == 1 then
+    local t = st[b + 7]
+    settat(key, st[b + 5] + used * t, t)
+  elseif g == 0 then
+    -- A log, kept for its longest window (P, slot 9) and stored as its
+    -- largest limit (slot 10) says.
+    local kind, v, lo, newest = ks[kb + 1], ks[kb + 2], ks[kb + 5], st[b + 4]
+    local l, p = ks[kb + 10], ks[kb + 9]
+    local top = now
+    if newest and newest > now then
+      top = newest
+    end
+    local gr = grace
+    if gr > p then
+      gr = p
+    end
+    local px = top + p - now + gr + 999
+    px = (px - px % 1000) / 1000
+    if px < minttl then
+      px = minttl
+    end
+    local w
+    if l <= compact and now >= 0 then
+      if not rec then
+        rec = pack('>I7', now)
+      end
+      if kind == NONE then
+        w = '\1' .. rep(rec, used)
+      elseif kind == GCRA then
+        w = '\1' .. rep(rec, st[b + 3] + used)
+      elseif kind == COMPACT and top == now then
+        -- The common case: the units at now after the kept ones.
+        local x = rec
+        if used > 1 then
+          x = rep(rec, used)
+        end
+        if lo == 0 then
+          w = v .. x
+        else
+          w = '\1' .. sub(v, 2 + 7 * lo) .. x
+        end
+      else
+        -- A ZSET, or units ahead of now: merge in order.
+        local parts, placed = {'\1'}, false
+        local function put(x)
+          if not placed and x > now then
+            parts[#parts + 1], placed = rep(rec, used), true
+          end
+          parts[#parts + 1] = pack('>I7', x)
+        end
+        if kind == COMPACT then
+          for y = lo, ks[kb + 7] - 1 do
+            put(sunpack('>I7', v, 2 + 7 * y))
+          end
+        else
+          local z = redis.call('ZRANGEBYSCORE', key, '(' .. format('%.0f', ks[kb + 6]), '+inf', 'WITHSCORES')
+          for y = 2, #z, 2 do
+            local x = tonumber(z[y])
+            if x < 0 then
+              parts = nil
+              break
+            end
+            put(x - x % 1)
+          end
+        end
+        if parts then
+          if not placed then
+            parts[#parts + 1] = rep(rec, used)
+          end
+          w = table.concat(parts)
+        end
+      end
+    end
+    if w then
+      redis.call('SET', key, w, 'PX', ttl(px))
+    else
+      -- A ZSET: add the units. What lies at or before the forget bound
+      -- (slot 6) is forgotten for good (S5), so trimming it is
+      -- housekeeping, done by the first write in each eighth of the
+      -- longest period (docs/adr/014, "Performance").
+      if kind == ZSET then
+        local q = (p - p % 8) / 8
+        if q < 1 then
+          q = 1
+        end
+        if newest - newest % q ~= now - now % q then
+          redis.call('ZREMRANGEBYSCORE', key, '-inf', ks[kb + 6])
+        end
+      else
+        local keep = {}
+        if kind == COMPACT then
+          for y = lo, ks[kb + 7] - 1 do
+            keep[#keep + 1] = sunpack('>I7', v, 2 + 7 * y)
+          end
+        elseif kind == GCRA then
+          for y = 1, st[b + 3] do
+            keep[y] = now
+          end
+        end
+        if kind ~= NONE then
+          redis.call('DEL', key)
+        end
+        for y = 1, #keep, 500 do
+          local args = {}
+          for x = y, math.min(y + 499, #keep) do
+            args[#args + 1] = keep[x]
+            args[#args + 1] = nonce .. ':k' .. x
+          end
+          redis.call('ZADD', key, unpack(args))
+        end
+      end
+      if used == 1 then
+        if not one then
+          one = nonce .. ':1'
+        end
+        redis.call('ZADD', key, now, one)
+      end
+      for y = 1, used > 1 and used or 0, 500 do
+        local args = {}
+        for x = y, math.min(y + 499, used) do
+          args[#args + 1] = now
+          args[#args + 1] = nonce .. ':' .. x
+        end
+        redis.call('ZADD', key, unpack(args))
+      end
+      redis.call('PEXPIRE', key, ttl(px))
+    end
+  elseif g == 2 then
+    -- A concurrency window (Reserve): cost slots under the lease until
+    -- its expiry, the expired members trimmed, the key kept until its
+    -- latest expiry.
+    local exp, top = now + X, st[b + 4]
+    if top then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', now - grace)
+    end
+    if not top or top < exp then
+      top = exp
+    end
+    members('ZADD', key, false, exp, 1, ks[kb + 12])
+    local px = top - now + grace + 999
+    px = (px - px % 1000) / 1000
+    if px < minttl then
+      px = minttl
+    end
+    redis.call('PEXPIRE', key, ttl(px))
+  end
+end
+if leased then
+  if op == 2 then
+    redis.call('SET', lkey, pack('>BBi8i8', 3, SETTLED, leaseAt, leaseExp), 'KEEPTTL')
+    return {1}
+  end
+  if U > 0 then
+    redis.call('SET', lkey, pack('>BBi8i8', 3, OPEN, now, now + X), 'PX', recordpx(X))
+  end
+  reply[#reply + 1] = now
+end
+return reply
