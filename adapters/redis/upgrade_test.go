@@ -22,13 +22,27 @@ import (
 // and a floor of TTLs of a minute), and returns its reply.
 func v3Evaluate(t *testing.T, addr string, now time.Time, limits []domain.Limit, grace time.Duration) []int64 {
 	t.Helper()
+	return scriptEvaluate(t, addr, lua.RateLimitV3, "v3-", now, limits, grace)
+}
+
+// v4Evaluate runs rate_limit_v4 itself, as a v4 instance of a fleet does
+// (its op 0 takes v3's arguments), and returns its reply.
+func v4Evaluate(t *testing.T, addr string, now time.Time, limits []domain.Limit, grace time.Duration) []int64 {
+	t.Helper()
+	return scriptEvaluate(t, addr, lua.RateLimitV4, "v4-", now, limits, grace)
+}
+
+// scriptEvaluate runs src, rate_limit_v3 or a script taking its
+// arguments, on one request, its ZSET members named after prefix.
+func scriptEvaluate(t *testing.T, addr, src, prefix string, now time.Time, limits []domain.Limit, grace time.Duration) []int64 {
+	t.Helper()
 	p := binary.BigEndian.AppendUint64(nil, uint64(now.UnixMicro()))
 	p = append(p, 1) // consume, caller time
 	p = binary.BigEndian.AppendUint32(p, 60_000)
 	p = binary.BigEndian.AppendUint32(p, redis.CompactLogMaxLimit)
 	p = binary.BigEndian.AppendUint64(p, uint64(grace.Microseconds()))
 	p = binary.BigEndian.AppendUint32(p, 1)
-	args := []string{"EVAL", lua.RateLimitV3, strconv.Itoa(len(limits))}
+	args := []string{"EVAL", src, strconv.Itoa(len(limits))}
 	for _, l := range limits {
 		args = append(args, l.Key)
 		p = append(p, byte(l.Window.Algorithm))
@@ -36,7 +50,7 @@ func v3Evaluate(t *testing.T, addr string, now time.Time, limits []domain.Limit,
 		p = binary.BigEndian.AppendUint64(p, uint64(l.Window.PeriodMicros()))
 		p = binary.BigEndian.AppendUint32(p, uint32(l.Cost))
 	}
-	args = append(args, string(p), "v3-"+tag(t))
+	args = append(args, string(p), prefix+tag(t))
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	v, err := redistest.Do(ctx, addr, args...)
@@ -65,13 +79,28 @@ func v3Reply(r domain.Result) []int64 {
 }
 
 // TestRollingUpgradeFromV3: during a rolling upgrade v3 instances (the
-// script itself) and v4 instances (the store) take turns at random on the
+// script itself) and instances of the store take turns at random on the
 // same keys: GCRA, compact and ZSET logs, and a key whose window changes
 // limit, period and algorithm; instants a little out of order, repeated
 // requests. Every answer of either equals the Go reference's to the
-// microsecond, so together they admit exactly each limit: v4 reads and
-// writes rate keys as v3 does.
+// microsecond, so together they admit exactly each limit: the store reads
+// and writes rate keys as v3 does (v4 did, and v5 does on a key of one
+// window).
 func TestRollingUpgradeFromV3(t *testing.T) {
+	rollingUpgrade(t, "v3", v3Evaluate)
+}
+
+// TestRollingUpgradeFromV4: v4 instances (the script itself) and v5
+// instances (the store) take turns on the per-window layout, as
+// TestRollingUpgradeFromV3: v5 reads and writes a key of one window
+// exactly as v4 does, every answer of either equal to the reference's.
+func TestRollingUpgradeFromV4(t *testing.T) {
+	rollingUpgrade(t, "v4", v4Evaluate)
+}
+
+// rollingUpgrade runs the turns of an older script (older, called name)
+// and of the store on per-window keys against the Go reference.
+func rollingUpgrade(t *testing.T, name string, older func(*testing.T, string, time.Time, []domain.Limit, time.Duration) []int64) {
 	addr := redistest.Standalone(t)
 	s := newStore(t, topologies[0].cfg(t)) // CallerTime, DefaultGrace
 	windows := []domain.Window{
@@ -87,7 +116,7 @@ func TestRollingUpgradeFromV3(t *testing.T) {
 		tg := tag(t)
 		keys := make([]string, len(windows)+1)
 		for i := range keys {
-			keys[i] = fmt.Sprintf("v3v4:{%s}:%d", tg, i)
+			keys[i] = fmt.Sprintf("%s:{%s}:%d", name, tg, i)
 		}
 		now := time.Now().Truncate(time.Second)
 		admitted := map[string]int{}
@@ -116,29 +145,104 @@ func TestRollingUpgradeFromV3(t *testing.T) {
 			switch op := rng.IntN(10); {
 			case op < 4:
 				want := ref.run(now, limits, true)
-				require.Equal(t, v3Reply(want), v3Evaluate(t, addr, now, limits, redis.DefaultGrace), "v3 %s", where)
+				require.Equal(t, v3Reply(want), older(t, addr, now, limits, redis.DefaultGrace), "%s %s", name, where)
 				if want.Allowed {
-					admitted["v3"]++
+					admitted[name]++
 				}
 			case op < 6:
 				n := 1 + rng.IntN(4)
 				want := ref.repeated(now, limits, n)
 				got, err := s.EvaluateRepeated(t.Context(), now, limits, n)
 				require.NoError(t, err)
-				require.Equal(t, want, got, "v4 repeated %d %s", n, where)
-				admitted["v4"] += got.Admitted
+				require.Equal(t, want, got, "store repeated %d %s", n, where)
+				admitted["store"] += got.Admitted
 			default:
 				want := ref.run(now, limits, true)
 				got, err := s.Evaluate(t.Context(), now, limits)
 				require.NoError(t, err)
-				require.Equal(t, want, got, "v4 %s", where)
+				require.Equal(t, want, got, "store %s", where)
 				if got.Allowed {
-					admitted["v4"]++
+					admitted["store"]++
 				}
 			}
 		}
-		require.NotZero(t, admitted["v3"])
-		require.NotZero(t, admitted["v4"])
-		t.Logf("sequence %d: admitted by v3 %d, by v4 %d", seq, admitted["v3"], admitted["v4"])
+		require.NotZero(t, admitted[name])
+		require.NotZero(t, admitted["store"])
+		t.Logf("sequence %d: admitted by %s %d, by the store %d", seq, name, admitted[name], admitted["store"])
+	}
+}
+
+// TestUpgradeToSharedLogFromV4: a v4 fleet wrote each principal's windows
+// on keys of their own; v5 then runs the shared layout, which reuses the
+// key of each principal's longest window (docs/adr/015) for all its
+// windows. Two identical per-window key sets are written by v4 (X and Y);
+// then v5 decides on the shared layout over X (the short windows count
+// the units the long key holds) and on the per-window layout over Y, and
+// every answer of one equals the other's: no count is lost or doubled by
+// the change of layout.
+func TestUpgradeToSharedLogFromV4(t *testing.T) {
+	addr := redistest.Standalone(t)
+	s := newStore(t, topologies[0].cfg(t)) // CallerTime, DefaultGrace
+	type pair struct{ long, short domain.Window }
+	pairs := []pair{
+		{sliding(9, 5*time.Second), sliding(4, time.Second)},
+		{sliding(redis.CompactLogMaxLimit+76, 6*time.Second), sliding(5, 1500*time.Millisecond)}, // a ZSET long key
+	}
+	for seq := range 3 {
+		rng := rand.New(rand.NewPCG(uint64(seq), 5))
+		tg := tag(t)
+		key := func(set string, p int, w string) string { return fmt.Sprintf("up:{%s}:%s:%d:%s", tg, set, p, w) }
+		// The per-window layout of set: each pair's short window, then its
+		// long one; shared, the short window on the long window's key.
+		perWindow := func(set string, cost int64, shared bool) []domain.Limit {
+			var out []domain.Limit
+			for p, pr := range pairs {
+				short := key(set, p, "short")
+				if shared {
+					short = key(set, p, "long")
+				}
+				out = append(out, domain.Limit{Key: short, Window: pr.short, Cost: cost}, domain.Limit{Key: key(set, p, "long"), Window: pr.long, Cost: cost})
+			}
+			return out
+		}
+		now := time.Now().Truncate(time.Second)
+		step := func() {
+			if rng.IntN(10) == 0 {
+				now = now.Add(-time.Duration(rng.Int64N(int64(redis.DefaultGrace))).Truncate(time.Microsecond))
+			} else {
+				now = now.Add(time.Duration(rng.Int64N(int64(600 * time.Millisecond))).Truncate(time.Microsecond))
+			}
+		}
+		refused := 0
+		for i := range 40 {
+			step()
+			cost := 1 + rng.Int64N(3)
+			x := v4Evaluate(t, addr, now, perWindow("x", cost, false), redis.DefaultGrace)
+			y := v4Evaluate(t, addr, now, perWindow("y", cost, false), redis.DefaultGrace)
+			require.Equal(t, x, y, "sequence %d v4 step %d", seq, i)
+		}
+		for i := range 120 {
+			step()
+			cost := 1 + rng.Int64N(3)
+			where := fmt.Sprintf("sequence %d v5 step %d at %s cost %d", seq, i, now.Format(time.StampMicro), cost)
+			if rng.IntN(4) == 0 {
+				a, err := s.Peek(t.Context(), now, perWindow("x", cost, true))
+				require.NoError(t, err)
+				b, err := s.Peek(t.Context(), now, perWindow("y", cost, false))
+				require.NoError(t, err)
+				require.Equal(t, b, a, "Peek %s", where)
+				continue
+			}
+			a, err := s.Evaluate(t.Context(), now, perWindow("x", cost, true))
+			require.NoError(t, err)
+			b, err := s.Evaluate(t.Context(), now, perWindow("y", cost, false))
+			require.NoError(t, err)
+			require.Equal(t, b, a, "Evaluate %s", where)
+			if !a.Allowed {
+				refused++
+			}
+		}
+		require.NotZero(t, refused, "sequence %d: the shared layout never refused", seq)
+		// The short windows' old keys are left to expire: nothing reads them.
 	}
 }

@@ -1,0 +1,275 @@
+package redis_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/adapters/redis"
+	"github.com/sluicehq/sluice/domain"
+)
+
+// principal is one principal's windows of a request: on the shared
+// layout one key (one log, docs/adr/015) serves them all; on the
+// per-window layout each has a key of its own.
+type principal struct {
+	name    string
+	windows []domain.Window
+}
+
+// layouts returns the limits of one request over principals ps at cost,
+// on the shared layout and on the per-window layout, in the same order;
+// the two use disjoint keys under one hash tag.
+func layouts(tg string, ps []principal, cost int64) (shared, perWindow []domain.Limit) {
+	for _, p := range ps {
+		for j, w := range p.windows {
+			shared = append(shared, domain.Limit{Key: fmt.Sprintf("sh:{%s}:%s", tg, p.name), Window: w, Cost: cost})
+			perWindow = append(perWindow, domain.Limit{Key: fmt.Sprintf("pw:{%s}:%s:%d", tg, p.name, j), Window: w, Cost: cost})
+		}
+	}
+	return shared, perWindow
+}
+
+// sharedPrincipals are the differential's principals: two and three
+// sliding-log windows on one key (longest first, and shortest first),
+// a window alone, a GCRA window alone, and a principal whose largest
+// window is above the compact bound (its shared key a ZSET, its
+// per-window keys one compact log and one ZSET).
+var sharedPrincipals = []principal{
+	{"ip", []domain.Window{sliding(4, time.Second), sliding(9, 5*time.Second)}},
+	{"user", []domain.Window{sliding(12, 6*time.Second), sliding(5, 1500*time.Millisecond), sliding(3, 400*time.Millisecond)}},
+	{"tenant", []domain.Window{gcra(10, 3*time.Second)}},
+	{"global", []domain.Window{sliding(15, 4*time.Second)}},
+	{"big", []domain.Window{sliding(redis.CompactLogMaxLimit+6, 3*time.Second), sliding(8, time.Second)}},
+}
+
+// TestSharedLogDifferential: random timelines (seeded, fixed instants on
+// the caller's clock, a few slightly out of order within the grace,
+// random costs 1..3, refusals included) of requests on the shared layout
+// and of the same requests on the per-window layout, on one server:
+// Evaluate, Peek, EvaluateRepeated, Reserve and Settle (refunds and
+// charges). Every answer of the shared layout equals the per-window
+// layout's (Allowed, Limiting and every window's Remaining, RetryAfter
+// and ResetAfter, to the microsecond): only the storage is shared. With
+// compact logs (the default) and with every log a ZSET (LogZSet), on a
+// standalone server and on a cluster.
+func TestSharedLogDifferential(t *testing.T) {
+	for _, top := range topologies {
+		for _, enc := range []struct {
+			name string
+			log  redis.LogEncoding
+		}{{"compact", redis.LogCompact}, {"zset", redis.LogZSet}} {
+			t.Run(top.name+"/"+enc.name, func(t *testing.T) {
+				cfg := top.cfg(t)
+				cfg.Log = enc.log
+				s := newStore(t, cfg)
+				for seq := range 3 {
+					sharedTimeline(t, s, rand.New(rand.NewPCG(uint64(seq), 17)), fmt.Sprintf("sequence %d", seq))
+				}
+			})
+		}
+	}
+}
+
+// sharedTimeline runs one random timeline of the differential on s.
+func sharedTimeline(t *testing.T, s *redis.Store, rng *rand.Rand, name string) {
+	t.Helper()
+	ctx := t.Context()
+	tg := tag(t)
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	type pending struct {
+		sh, pw       []domain.Limit
+		shL, pwL     domain.Lease
+		reservedCost int64
+	}
+	var lease *pending
+	counts := map[string]int{}
+	for step := range 400 {
+		switch p := rng.IntN(100); {
+		case p < 8:
+			// Out of order by less than the grace.
+			now = now.Add(-time.Duration(rng.Int64N(int64(redis.DefaultGrace))).Truncate(time.Microsecond))
+		case p < 25:
+		default:
+			now = now.Add(time.Duration(rng.Int64N(int64(700 * time.Millisecond))).Truncate(time.Microsecond))
+		}
+		// A random subset of the principals, each with all its windows
+		// (the Limiter always sends every window of a principal).
+		var ps []principal
+		for _, i := range rng.Perm(len(sharedPrincipals))[:1+rng.IntN(len(sharedPrincipals))] {
+			ps = append(ps, sharedPrincipals[i])
+		}
+		cost := 1 + rng.Int64N(3)
+		sh, pw := layouts(tg, ps, cost)
+		where := fmt.Sprintf("%s step %d at %s, cost %d, %v", name, step, now.Format(time.StampMicro), cost, ps)
+		switch op := rng.IntN(100); {
+		case op < 40:
+			a, err := s.Evaluate(ctx, now, sh)
+			require.NoError(t, err, where)
+			b, err := s.Evaluate(ctx, now, pw)
+			require.NoError(t, err, where)
+			require.Equal(t, b, a, "Evaluate %s", where)
+			counts[fmt.Sprint("evaluate allowed=", a.Allowed)]++
+		case op < 55:
+			a, err := s.Peek(ctx, now, sh)
+			require.NoError(t, err, where)
+			b, err := s.Peek(ctx, now, pw)
+			require.NoError(t, err, where)
+			require.Equal(t, b, a, "Peek %s", where)
+			counts["peek"]++
+		case op < 70:
+			n := 2 + rng.IntN(5)
+			if rng.IntN(5) == 0 {
+				n = 50 + rng.IntN(400)
+			}
+			a, err := s.EvaluateRepeated(ctx, now, sh, n)
+			require.NoError(t, err, where)
+			b, err := s.EvaluateRepeated(ctx, now, pw, n)
+			require.NoError(t, err, where)
+			require.Equal(t, b, a, "EvaluateRepeated %d %s", n, where)
+			counts[fmt.Sprint("repeated admitted<n=", a.Admitted < n)]++
+		case op < 85 && lease == nil:
+			a, la, err := s.Reserve(ctx, now, sh, time.Minute)
+			require.NoError(t, err, where)
+			b, lb, err := s.Reserve(ctx, now, pw, time.Minute)
+			require.NoError(t, err, where)
+			require.Equal(t, b, a, "Reserve %s", where)
+			require.Equal(t, lb.At, la.At, "Reserve %s", where)
+			if a.Allowed {
+				lease = &pending{sh: sh, pw: pw, shL: la, pwL: lb, reservedCost: cost}
+			}
+			counts[fmt.Sprint("reserve allowed=", a.Allowed)]++
+		case lease != nil:
+			// Refund (actual below the cost), charge (above) or neither.
+			actual := rng.Int64N(2*lease.reservedCost + 3)
+			a, err := s.Settle(ctx, now, lease.shL, lease.sh, actual)
+			require.NoError(t, err, where)
+			b, err := s.Settle(ctx, now, lease.pwL, lease.pw, actual)
+			require.NoError(t, err, where)
+			require.Equal(t, b, a, "Settle %d of %d %s", actual, lease.reservedCost, where)
+			counts[fmt.Sprint("settle ", actual-lease.reservedCost < 0, actual-lease.reservedCost > 0)]++
+			lease = nil
+		}
+	}
+	t.Logf("%s: %v", name, counts)
+	// The timelines must reach both answers, or the check proves little.
+	require.NotZero(t, counts["evaluate allowed=true"], name)
+	require.NotZero(t, counts["evaluate allowed=false"], name)
+	require.NotZero(t, counts["reserve allowed=true"], name)
+}
+
+// TestSharedLogWritesOneKeyPerPrincipal: the nine windows of docs/adr/005
+// on the shared layout (ip, user, api key and tenant: burst and sustained
+// on one key each; the tenant-global window alone) create 5 keys, the
+// per-window layout 9; and a shared ZSET log holds each admitted unit
+// once, not once per window.
+func TestSharedLogWritesOneKeyPerPrincipal(t *testing.T) {
+	pair := func(name string, limit int64) principal {
+		return principal{name, []domain.Window{sliding(limit, 10*time.Second), sliding(limit/10, time.Second)}}
+	}
+	for _, tc := range []struct {
+		name  string
+		limit int64 // the sustained window's; every encoding's key count is the same
+		typ   string
+	}{{"compact", 1000, "string"}, {"zset", 20_000, "zset"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, s := newDedicated(t, redis.Config{})
+			ps := []principal{pair("ip", tc.limit), pair("user", tc.limit), pair("key", tc.limit), pair("tenant", tc.limit),
+				{"global", []domain.Window{sliding(tc.limit, 2*time.Second)}}}
+			sh, pw := layouts("t", ps, 1)
+			now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+			for i := range 3 {
+				r, err := s.Evaluate(t.Context(), now.Add(time.Duration(i)*time.Millisecond), sh)
+				require.NoError(t, err)
+				require.True(t, r.Allowed)
+			}
+			require.Equal(t, int64(5), do(t, srv.Addr(), "DBSIZE"), "keys on the shared layout")
+			require.Equal(t, tc.typ, do(t, srv.Addr(), "TYPE", sh[0].Key))
+			if tc.typ == "zset" {
+				require.Equal(t, int64(3), do(t, srv.Addr(), "ZCARD", sh[0].Key), "units in one shared log")
+			} else {
+				require.Len(t, compactUnits(t, do(t, srv.Addr(), "GET", sh[0].Key).(string)), 3, "units in one shared log")
+			}
+			r, err := s.Evaluate(t.Context(), now, pw)
+			require.NoError(t, err)
+			require.True(t, r.Allowed)
+			require.Equal(t, int64(5+9), do(t, srv.Addr(), "DBSIZE"), "keys after the per-window layout's request")
+		})
+	}
+}
+
+// TestSharedLogBecomesAZSetWhenALargeWindowJoins: a key holding a compact
+// log of its one window becomes a ZSET, every unit kept, the first time a
+// window above the compact bound shares it; each window counts every
+// unit of the log inside its period; a request naming the small window
+// alone again reads the ZSET. Its TTL follows the longest window.
+func TestSharedLogBecomesAZSetWhenALargeWindowJoins(t *testing.T) {
+	srv, s := newDedicated(t, redis.Config{Grace: -1})
+	key := "sh:{t}:user"
+	small := sliding(5, time.Second)
+	large := sliding(redis.CompactLogMaxLimit+10, 10*time.Second)
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	for _, ms := range []int{0, 100, 200} {
+		r, err := s.Evaluate(t.Context(), at(ms), []domain.Limit{{Key: key, Window: small, Cost: 1}})
+		require.NoError(t, err)
+		require.True(t, r.Allowed)
+	}
+	require.Equal(t, "string", do(t, srv.Addr(), "TYPE", key))
+
+	both := []domain.Limit{{Key: key, Window: small, Cost: 1}, {Key: key, Window: large, Cost: 1}}
+	r, err := s.Evaluate(t.Context(), at(300), both)
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	require.Equal(t, "zset", do(t, srv.Addr(), "TYPE", key))
+	require.Equal(t, int64(4), do(t, srv.Addr(), "ZCARD", key))
+	require.Equal(t, []domain.LimitStatus{
+		{Allowed: true, Remaining: 1, ResetAfter: time.Second},
+		{Allowed: true, Remaining: large.Limit - 4, ResetAfter: 10 * time.Second},
+	}, r.Statuses())
+	pttl := do(t, srv.Addr(), "PTTL", key).(int64)
+	require.Greater(t, pttl, int64(9*time.Second/time.Millisecond), "the TTL of the longest window")
+
+	// 1.2 s later the small window has forgotten the units at 0 and 100
+	// ms; the large one counts all four.
+	r, err = s.Peek(t.Context(), at(1150), both)
+	require.NoError(t, err)
+	require.Equal(t, []domain.LimitStatus{
+		{Allowed: true, Remaining: 3, ResetAfter: 150 * time.Millisecond},
+		{Allowed: true, Remaining: large.Limit - 4, ResetAfter: 9150 * time.Millisecond},
+	}, r.Statuses())
+
+	// The small window alone reads the ZSET the shared log left and, as
+	// v4 does for a window at or below the bound, writes the log back
+	// compact, kept for its own period (the longest of this request).
+	r, err = s.Evaluate(t.Context(), at(1150), []domain.Limit{{Key: key, Window: small, Cost: 3}})
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	require.Equal(t, domain.LimitStatus{Allowed: true, Remaining: 0, ResetAfter: time.Second}, r.Status(0))
+	require.Equal(t, "string", do(t, srv.Addr(), "TYPE", key))
+	require.Len(t, compactUnits(t, do(t, srv.Addr(), "GET", key).(string)), 5, "the units at 200, 300 and 3 at 1150 ms")
+}
+
+// TestSharedLogIsOneKeyOnACluster: a request whose principals' windows
+// share keys under one hash tag runs on a cluster as on a standalone
+// server; the lease record and the keys stay in one slot.
+func TestSharedLogIsOneKeyOnACluster(t *testing.T) {
+	s := newStore(t, topologies[1].cfg(t))
+	tg := tag(t)
+	sh, _ := layouts(tg, sharedPrincipals[:2], 1)
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	r, lease, err := s.Reserve(t.Context(), now, sh, time.Minute)
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	got, err := s.Settle(t.Context(), now.Add(time.Millisecond), lease, sh, 0)
+	require.NoError(t, err)
+	require.Equal(t, domain.Settled, got)
+	r, err = s.Peek(t.Context(), now.Add(time.Millisecond), sh)
+	require.NoError(t, err)
+	for i, st := range r.Statuses() {
+		require.Equal(t, sh[i].Window.Limit, st.Remaining, "limit %d after the refund", i)
+	}
+}
