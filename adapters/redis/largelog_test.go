@@ -30,9 +30,21 @@ local pack = struct.pack
 local W = {{2000, 1000000}, {20000, 10000000}, {2000, 1000000}, {20000, 10000000},
   {2000, 1000000}, {20000, 10000000}, {100000, 1000000}, {100000, 2000000}, {100000, 2000000}}
 local hdr = pack('>i8BI4I4i8I4', 0, 3, 1000, 1024, 0, 1) -- consume, server time, no grace
+local hdr5, hdr5s = hdr, hdr
 for i = 1, 9 do
   hdr = hdr .. pack('>BI4i8I4', 0, W[i][1], W[i][2], 1)
+  hdr5 = hdr5 .. pack('>BI4i8I4B', 0, W[i][1], W[i][2], 1, i)
 end
+-- The shared layout: window i on key S[i] (ip, user, api key and the
+-- tenant: burst and sustained on one key each; the tenant-global window
+-- alone). The floor's arguments: per key its TTL, its windows and their
+-- periods, the longest first.
+local S = {1, 1, 2, 2, 3, 3, 4, 4, 5}
+for i = 1, 9 do
+  hdr5s = hdr5s .. pack('>BI4i8I4B', 0, W[i][1], W[i][2], 1, S[i])
+end
+local FS = {'10000', '2', '10000000', '1000000', '10000', '2', '10000000', '1000000', '10000', '2', '10000000', '1000000',
+  '2000', '2', '2000000', '1000000', '2000', '1', '2000000'}
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local function keys(v, j)
@@ -45,6 +57,12 @@ local function keys(v, j)
     end
   end
   return ks
+end
+-- The shared layout's keys: each principal's log named after its longest
+-- window's key (docs/adr/015): the tenant's is big:8 (2 s), prefilled
+-- like every big key.
+local function shared(v, j)
+  return {v .. ':{t}:' .. j .. ':2', v .. ':{t}:' .. j .. ':4', v .. ':{t}:' .. j .. ':6', v .. ':{t}:big:8', v .. ':{t}:big:9'}
 end
 for _, x in ipairs(C) do
   for i = 7, 9 do
@@ -66,11 +84,26 @@ for batch = 1, batches do
     local t0 = redis.call('TIME')
     for _ = 1, calls do
       nonce = nonce + 1
-      local ks = keys(x.name, nonce % 1000)
+      local ks
+      if x.kind == 'shared' or x.kind == 'floor-shared' then
+        ks = shared(x.name, nonce % 1000)
+      else
+        ks = keys(x.name, nonce % 1000)
+      end
       local tt = redis.call('TIME')
       local n = tt[1] * 1000000 + tt[2]
       if x.kind == 'sluice' then
         x.fn(ks, {hdr, 'n' .. nonce})
+      elseif x.kind == 'v5' then
+        x.fn(ks, {hdr5, 'n' .. nonce})
+      elseif x.kind == 'shared' then
+        x.fn(ks, {hdr5s, 'n' .. nonce})
+      elseif x.kind == 'floor-shared' then
+        local a = {'m' .. nonce}
+        for i = 1, #FS do
+          a[i + 1] = FS[i]
+        end
+        x.fn(ks, a)
       elseif x.kind == 'plain' then
         local a = {tostring(math.floor(n / 1000)), 'm' .. nonce}
         for i = 1, 9 do
@@ -102,9 +135,13 @@ return out
 // inside one EVAL (largeLogLoop): rate_limit_v3 (whose ZSET path v4 had
 // until docs/adr/014's "Performance": an MGET that finds the ZSET keys nil,
 // then per key the newest unit, the count in the window, the trim, the
-// add and the expiry), rate_limit_v4, the bench's plain script and its
+// add and the expiry), rate_limit_v4, rate_limit_v5 on the same nine
+// keys and on the shared layout (docs/adr/015: five keys, the tenant's
+// log named after its 2 s window), the bench's plain script and its
 // floor (bench/internal/suite: the plain script's four commands per ZSET
-// key and TIME). Without the client and the network sharing the two
+// key and TIME), and the floor of the shared layout
+// (testdata/floor/shared.lua: per key one trim, one ZCOUNT per window,
+// ZADD, PEXPIRE; and TIME). Without the client and the network sharing the two
 // cores, its ratios move less than the bench's. It prints the least and
 // the median batch in µs per call; nothing is asserted about time.
 //
@@ -122,15 +159,21 @@ func BenchmarkLargeLogLoop(b *testing.B) {
 	contender := func(name, kind, src string) string {
 		return fmt.Sprintf("{name = %q, kind = %q, fn = function(KEYS, ARGV)\n%s\nend},\n", name, kind, src)
 	}
+	floorShared, err := os.ReadFile("testdata/floor/shared.lua")
+	require.NoError(b, err)
 	src := "local C = {\n" +
 		contender("v3", "sluice", lua.RateLimitV3) +
 		contender("v4", "sluice", lua.RateLimitV4) +
+		contender("v5", "v5", lua.RateLimitV5) +
+		contender("v5-shared", "shared", lua.RateLimitV5) +
 		contender("plain", "plain", suite("plain.lua")) +
 		contender("floor", "floor", suite("floor.lua")) +
+		contender("floor-shared", "floor-shared", string(floorShared)) +
 		"}\n" + largeLogLoop
 	var table strings.Builder
 	table.WriteString("\nlog-9-large inside one EVAL, Redis µs per call (least / median of 41 batches of 150 calls)\n" +
-		"| run | v3 | v4 | plain script | floor | v4/v3 | v4/plain | v4/floor | plain/floor |\n|---|---|---|---|---|---|---|---|---|\n")
+		"| run | v3 | v4 | v5 | v5 shared | plain script | floor | floor shared | v4/plain | v5 shared/plain | v5 shared/v4 | v5 shared/floor shared | plain/floor |\n" +
+		"|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for run := range b.N {
 		require.NoError(b, client.Do(b.Context(), client.B().Flushall().Build()).Error())
 		ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
@@ -150,8 +193,9 @@ func BenchmarkLargeLogLoop(b *testing.B) {
 		versus := func(x, y string) string {
 			return fmt.Sprintf("%.2f / %.2f", fig[x][0]/fig[y][0], fig[x][1]/fig[y][1])
 		}
-		fmt.Fprintf(&table, "| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", run+1, cell("v3"), cell("v4"), cell("plain"), cell("floor"),
-			versus("v4", "v3"), versus("v4", "plain"), versus("v4", "floor"), versus("plain", "floor"))
+		fmt.Fprintf(&table, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", run+1,
+			cell("v3"), cell("v4"), cell("v5"), cell("v5-shared"), cell("plain"), cell("floor"), cell("floor-shared"),
+			versus("v4", "plain"), versus("v5-shared", "plain"), versus("v5-shared", "v4"), versus("v5-shared", "floor-shared"), versus("plain", "floor"))
 	}
 	b.Log(table.String())
 }
