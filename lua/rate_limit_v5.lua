@@ -42,8 +42,8 @@
 --                     I4 n, the number of identical requests (>= 1; 1
 --                        for ops 1-3)
 --             per limit: B algorithm (0 sliding log, 1 GCRA, 2
---                        concurrency), I4 limit, i8 period in
---                        microseconds, I4 cost, B its key's index k
+--                        concurrency) + 4 * its key's index k, I4
+--                        limit, i8 period in microseconds, I4 cost
 -- ARGV[2]   op 0: a nonce unique to this call: ZSET members are
 --           nonce..":"..k. Ops 1-3: the lease ID (32 hex characters).
 -- ARGV[3]   ops 1-3 only, i8: Reserve and Renew the lease TTL in
@@ -135,9 +135,9 @@ local leased = na == 3
 if leased then
   u = u - 1
 end
-local n = (#a - 29) / 18
+local n = (#a - 29) / 17
 if u < 1 or na < 2 or na > 3 or n < u or n > 16 or n % 1 ~= 0 then
-  return redis.error_reply('ERR sluice rate_limit_v5: want 1 or more keys (and the lease record), ARGV[1] of 29 + 18 bytes per limit (at least one limit per key, at most 16), ARGV[2] a nonce or lease ID (and ARGV[3])')
+  return redis.error_reply('ERR sluice rate_limit_v5: want 1 or more keys (and the lease record), ARGV[1] of 29 + 17 bytes per limit (at least one limit per key, at most 16), ARGV[2] a nonce or lease ID (and ARGV[3])')
 end
 local sunpack, pack, sub, byte, rep, floor = struct.unpack, struct.pack, string.sub, string.byte, string.rep, math.floor
 local now, flags, minttl, compact, grace, reps = sunpack('>i8BI4I4i8I4', a)
@@ -159,9 +159,10 @@ if flags % 4 >= 2 then
   now = t[1] * 1000000 + t[2]
 end
 local consume, bare = flags % 2 == 1, flags >= 4
--- Every limit's algorithm, limit, period, cost and key index, in one
--- unpack: arg[5i-4] to arg[5i].
-local arg = {sunpack('>' .. rep('BI4i8I4B', n), a, 30)}
+-- Every limit's algorithm and key index (one byte: algorithm + 4 ×
+-- index), limit, period and cost, in one unpack: arg[4i-3] to arg[4i];
+-- the key loop below splits the first.
+local arg = {sunpack('>' .. rep('BI4i8I4', n), a, 30)}
 
 -- domain.MaxPeriod in microseconds; no stored instant may lie further
 -- ahead of now than AHEAD (a longer wait than any window can ask for).
@@ -171,6 +172,12 @@ local horizon = now + AHEAD
 
 local NONE, GCRA, COMPACT, ZSET, CONC = 0, 1, 2, 3, 4
 
+-- Per limit, 8 slots of st from 8(i-1), the ones its window needs: 1
+-- kind (its key's), 2 the first index inside the window (compact), 3 the
+-- units inside the window (a concurrency window's slots held), 4 the
+-- newest unit (or false), 5 for a GCRA window the start (max(TAT, now),
+-- converted), 6 the lower bound of the window, 7 the emission interval,
+-- 8 its key's index in KEYS.
 -- Per key, 12 slots of ks from 12(k-1): 1 kind, 2 value (a compact
 -- string, or a GCRA state's TAT), 3 a GCRA state's interval (false when
 -- bare), 4 the newest unit (a concurrency key's latest expiry; or
@@ -178,28 +185,84 @@ local NONE, GCRA, COMPACT, ZSET, CONC = 0, 1, 2, 3, 4
 -- 7 a compact log's units (a concurrency key's slots held); then from
 -- the arguments, 8 the first limit naming it (the one a write and an
 -- error name), 9 the longest period, 10 the largest limit, 11 the
--- algorithm it is written in (3: not written) and 12 the cost. Every
--- slot exists from the start, so that the table is an array (slots
--- written sparsely land in its hash part, whose rehashes cost more than
--- a key's reading).
-local ks = {}
-for x = 1, 12 * u do
-  ks[x] = false
+-- algorithm it is written in (3: not written) and 12 the cost.
+-- Every slot of both exists from the start, so that each table is an
+-- array: slots written sparsely land in its hash part, and its rehashes
+-- cost more than the rest of a key's reading. A constructor sizes it at
+-- once for the common requests (the dual layer's 2 windows, the nine
+-- windows on 5 or 9 keys), cheaper than filling it slot by slot.
+local st, ks
+if n <= 2 then
+  st = {
+    false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false,
+  }
+elseif n <= 9 then
+  st = {
+    false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false,
+  }
+else
+  st = {}
+  for x = 1, 8 * n do
+    st[x] = false
+  end
+end
+if u <= 2 then
+  ks = {
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+  }
+elseif u <= 5 then
+  ks = {
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+  }
+elseif u <= 9 then
+  ks = {
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+  }
+else
+  ks = {}
+  for x = 1, 12 * u do
+    ks[x] = false
+  end
 end
 local seen = 0
 for i = 1, n do
-  local j = 5 * i
-  local k, g, l, p = arg[j], arg[j - 4], arg[j - 3], arg[j - 2]
+  local j = 4 * i
+  local x, l, p = arg[j - 3], arg[j - 2], arg[j - 1]
+  local g = x % 4
+  local k = (x - g) / 4
+  arg[j - 3], st[j + j] = g, k
   if k == seen + 1 then
     seen = k
     local b = 12 * k - 12
-    ks[b + 8], ks[b + 9], ks[b + 10], ks[b + 11], ks[b + 12] = i, p, l, g, arg[j - 1]
+    ks[b + 8], ks[b + 9], ks[b + 10], ks[b + 11], ks[b + 12] = i, p, l, g, arg[j]
   elseif k < 1 or k > seen then
     return redis.error_reply('ERR sluice rate_limit_v5: a limit names key ' .. k .. ': keys are named 1 to u, each first after the ones before it')
   else
     -- A shared log (docs/adr/015): sliding-log windows of one cost.
     local b = 12 * k - 12
-    if g ~= 0 or ks[b + 11] ~= 0 or arg[j - 1] ~= ks[b + 12] then
+    if g ~= 0 or ks[b + 11] ~= 0 or arg[j] ~= ks[b + 12] then
       return redis.error_reply('ERR sluice rate_limit_v5: limits that share a key must be sliding logs of one cost')
     end
     if p > ks[b + 9] then
@@ -374,8 +437,8 @@ if leased then
       end
       local exp, tops = now + X, {}
       for i = 1, n do
-        if arg[5 * i - 4] == 2 then
-          local z = redis.pcall('ZRANGE', KEYS[arg[5 * i]], -1, -1, 'WITHSCORES')
+        if arg[4 * i - 3] == 2 then
+          local z = redis.pcall('ZRANGE', KEYS[st[8 * i]], -1, -1, 'WITHSCORES')
           if z.err then
             return bad(i, 'wrongtype')
           end
@@ -392,9 +455,9 @@ if leased then
       for i = 1, n do
         local top = tops[i]
         if top then
-          local key = KEYS[arg[5 * i]]
+          local key = KEYS[st[8 * i]]
           redis.call('ZREMRANGEBYSCORE', key, '-inf', now - grace)
-          members('ZADD', key, 'XX', exp, 1, arg[5 * i - 1])
+          members('ZADD', key, 'XX', exp, 1, arg[4 * i])
           if exp > top then
             top = exp
           end
@@ -412,16 +475,6 @@ if leased then
   end
 end
 
--- Per limit, 8 slots of st from 8(i-1), the ones its window needs: 1
--- kind (its key's), 2 the first index inside the window (compact), 3 the
--- units inside the window (a concurrency window's slots held), 4 the
--- newest unit (or false), 5 for a GCRA window the start (max(TAT, now),
--- converted), 6 the lower bound of the window, 7 the emission interval
--- (8 unused). Every slot exists from the start, as in ks.
-local st = {}
-for x = 1, 8 * n do
-  st[x] = false
-end
 
 -- Read phase: one MGET reads every string; nothing is written before
 -- every key is read and validated. First each key's kind (slot 1): what
@@ -636,8 +689,8 @@ end
 -- admits: the least of what each alone fits.
 local A = reps
 for i = 1, n do
-  local j = 5 * i
-  local g, l, p, c, k = arg[j - 4], arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
+  local j = 4 * i
+  local g, l, p, c, k = arg[j - 3], arg[j - 2], arg[j - 1], arg[j], st[j + j]
   local kb = 12 * k - 12
   local kind, v, newest = ks[kb + 1], ks[kb + 2], ks[kb + 4]
   local b = 8 * i - 8
@@ -774,7 +827,7 @@ if op == 2 then
   for k = 1, u do
     local kb = 12 * k - 12
     local i = ks[kb + 8]
-    local b, j = 8 * i - 8, 5 * i
+    local b, j = 8 * i - 8, 4 * i
     local g, c = ks[kb + 11], ks[kb + 12]
     local kind, key, d = ks[kb + 1], KEYS[k], X - c
     ks[kb + 11] = 3
@@ -812,7 +865,7 @@ if op == 2 then
         -- never before now (a bare TAT: the window's interval).
         local tw = ks[kb + 3]
         if not tw then
-          local pl, ll = arg[j - 2], arg[j - 3]
+          local pl, ll = arg[j - 1], arg[j - 2]
           tw = (pl - pl % ll) / ll
           if tw < 1 then
             tw = 1
@@ -868,9 +921,9 @@ if not consume or A < reps then
     local b = 8 * i - 8
     local kind = st[b + 1]
     if kind == COMPACT then
-      return sunpack('>I7', ks[12 * arg[5 * i] - 10], 2 + 7 * (st[b + 2] + x - 1))
+      return sunpack('>I7', ks[12 * st[8 * i] - 10], 2 + 7 * (st[b + 2] + x - 1))
     elseif kind == ZSET then
-      local z = redis.call('ZRANGEBYSCORE', KEYS[arg[5 * i]], '(' .. format('%.0f', st[b + 6]), '+inf', 'WITHSCORES', 'LIMIT', x - 1, 1)
+      local z = redis.call('ZRANGEBYSCORE', KEYS[st[8 * i]], '(' .. format('%.0f', st[b + 6]), '+inf', 'WITHSCORES', 'LIMIT', x - 1, 1)
       local y = tonumber(z[2])
       return y - y % 1 -- validated integral up to the newest
     end
@@ -884,8 +937,8 @@ if not consume or A < reps then
   for i = 1, n do
     local b = 8 * i - 8
     local count, newest, t = st[b + 3], st[b + 4], st[b + 7]
-    local j = 5 * i
-    local g, l, p, c = arg[j - 4], arg[j - 3], arg[j - 2], arg[j - 1]
+    local j = 4 * i
+    local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
     local used = U * c
     local remaining, retry, reset = 0, 0, 0
     if g == 1 then
@@ -944,7 +997,7 @@ if not consume or A < reps then
         remaining = 0
       end
       if count + c > l then
-        local z = redis.call('ZRANGEBYSCORE', KEYS[arg[j]], '(' .. format('%.0f', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+        local z = redis.call('ZRANGEBYSCORE', KEYS[st[j + j]], '(' .. format('%.0f', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
         retry = tonumber(z[2]) - now
       end
       if count > 0 then
@@ -960,8 +1013,8 @@ if U > 0 and op ~= 2 then
   local o = 1
   for i = 1, n do
     local b = 8 * i - 8
-    local j = 5 * i
-    local g, l, p, c = arg[j - 4], arg[j - 3], arg[j - 2], arg[j - 1]
+    local j = 4 * i
+    local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
     local used = U * c
     local remaining, reset
     if g == 1 then

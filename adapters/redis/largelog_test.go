@@ -27,13 +27,20 @@ import (
 // script's milliseconds), so they all pay one more TIME alike.
 const largeLogLoop = `
 local pack = struct.pack
+-- ARGV[3] 'compact': the log-9 shape instead (every window 1 000 per 1 s
+-- or 10 s, compact logs, every key the client's own, nothing prefilled).
+local COMPACT = ARGV[3] == 'compact'
 local W = {{2000, 1000000}, {20000, 10000000}, {2000, 1000000}, {20000, 10000000},
   {2000, 1000000}, {20000, 10000000}, {100000, 1000000}, {100000, 2000000}, {100000, 2000000}}
+if COMPACT then
+  W = {{1000, 1000000}, {1000, 10000000}, {1000, 1000000}, {1000, 10000000},
+    {1000, 1000000}, {1000, 10000000}, {1000, 1000000}, {1000, 10000000}, {1000, 10000000}}
+end
 local hdr = pack('>i8BI4I4i8I4', 0, 3, 1000, 1024, 0, 1) -- consume, server time, no grace
 local hdr5, hdr5s = hdr, hdr
 for i = 1, 9 do
   hdr = hdr .. pack('>BI4i8I4', 0, W[i][1], W[i][2], 1)
-  hdr5 = hdr5 .. pack('>BI4i8I4B', 0, W[i][1], W[i][2], 1, i)
+  hdr5 = hdr5 .. pack('>BI4i8I4', 4 * i, W[i][1], W[i][2], 1)
 end
 -- The shared layout: window i on key S[i] (ip, user, api key and the
 -- tenant: burst and sustained on one key each; the tenant-global window
@@ -41,16 +48,23 @@ end
 -- periods, the longest first.
 local S = {1, 1, 2, 2, 3, 3, 4, 4, 5}
 for i = 1, 9 do
-  hdr5s = hdr5s .. pack('>BI4i8I4B', 0, W[i][1], W[i][2], 1, S[i])
+  hdr5s = hdr5s .. pack('>BI4i8I4', 4 * S[i], W[i][1], W[i][2], 1)
 end
 local FS = {'10000', '2', '10000000', '1000000', '10000', '2', '10000000', '1000000', '10000', '2', '10000000', '1000000',
   '2000', '2', '2000000', '1000000', '2000', '1', '2000000'}
+if COMPACT then
+  -- floor.lua's arguments for 5 string keys (MGET, SET PX).
+  FS = {'5', '1', nil, 'x'}
+  for k = 1, 5 do
+    FS[3 + 2 * k], FS[4 + 2 * k] = '10000', '10000000'
+  end
+end
 local t = redis.call('TIME')
 local now = t[1] * 1000000 + t[2]
 local function keys(v, j)
   local ks = {}
   for i = 1, 9 do
-    if i >= 7 then
+    if i >= 7 and not COMPACT then
       ks[i] = v .. ':{t}:big:' .. i
     else
       ks[i] = v .. ':{t}:' .. j .. ':' .. i
@@ -62,9 +76,12 @@ end
 -- window's key (docs/adr/015): the tenant's is big:8 (2 s), prefilled
 -- like every big key.
 local function shared(v, j)
+  if COMPACT then
+    return {v .. ':{t}:' .. j .. ':2', v .. ':{t}:' .. j .. ':4', v .. ':{t}:' .. j .. ':6', v .. ':{t}:' .. j .. ':8', v .. ':{t}:' .. j .. ':9'}
+  end
   return {v .. ':{t}:' .. j .. ':2', v .. ':{t}:' .. j .. ':4', v .. ':{t}:' .. j .. ':6', v .. ':{t}:big:8', v .. ':{t}:big:9'}
 end
-for _, x in ipairs(C) do
+for _, x in ipairs(COMPACT and {} or C) do
   for i = 7, 9 do
     for b = 0, 24999, 500 do
       local a = {}
@@ -98,6 +115,9 @@ for batch = 1, batches do
         x.fn(ks, {hdr5, 'n' .. nonce})
       elseif x.kind == 'shared' then
         x.fn(ks, {hdr5s, 'n' .. nonce})
+      elseif x.kind == 'floor-shared' and COMPACT then
+        FS[3] = 'm' .. nonce
+        x.fn(ks, FS)
       elseif x.kind == 'floor-shared' then
         local a = {'m' .. nonce}
         for i = 1, #FS do
@@ -111,7 +131,7 @@ for batch = 1, batches do
         end
         x.fn(ks, a)
       else
-        local a = {'0', '1', 'm' .. nonce, 'x'}
+        local a = {COMPACT and '9' or '0', '1', 'm' .. nonce, 'x'}
         for i = 1, 9 do
           a[#a + 1], a[#a + 2] = W[i][2] / 1000, W[i][2]
         end
@@ -147,6 +167,23 @@ return out
 //
 //	go test -run '^$' -bench BenchmarkLargeLogLoop -benchtime 1x ./adapters/redis/
 func BenchmarkLargeLogLoop(b *testing.B) {
+	logLoop(b, "large", "log-9-large")
+}
+
+// BenchmarkCompactLogLoop is BenchmarkLargeLogLoop on the bench's log-9
+// shape (docs/BENCHMARKS.md): every window 1 000 per second or per 10 s,
+// so every log is compact (one string; the plain script keeps ZSETs), and
+// every key the client's own. The floors are floor.lua's: one MGET of
+// the 9 (or, shared, 5) string keys and a SET PX each.
+//
+//	go test -run '^$' -bench BenchmarkCompactLogLoop -benchtime 1x ./adapters/redis/
+func BenchmarkCompactLogLoop(b *testing.B) {
+	logLoop(b, "compact", "log-9")
+}
+
+// logLoop runs largeLogLoop on shape ("large" or "compact") and logs its
+// table, titled name.
+func logLoop(b *testing.B, shape, name string) {
 	srv := redistest.NewServer(b)
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
 	require.NoError(b, err)
@@ -159,8 +196,12 @@ func BenchmarkLargeLogLoop(b *testing.B) {
 	contender := func(name, kind, src string) string {
 		return fmt.Sprintf("{name = %q, kind = %q, fn = function(KEYS, ARGV)\n%s\nend},\n", name, kind, src)
 	}
-	floorShared, err := os.ReadFile("testdata/floor/shared.lua")
-	require.NoError(b, err)
+	floorShared := suite("floor.lua")
+	if shape == "large" {
+		src, err := os.ReadFile("testdata/floor/shared.lua")
+		require.NoError(b, err)
+		floorShared = string(src)
+	}
 	src := "local C = {\n" +
 		contender("v3", "sluice", lua.RateLimitV3) +
 		contender("v4", "sluice", lua.RateLimitV4) +
@@ -168,16 +209,16 @@ func BenchmarkLargeLogLoop(b *testing.B) {
 		contender("v5-shared", "shared", lua.RateLimitV5) +
 		contender("plain", "plain", suite("plain.lua")) +
 		contender("floor", "floor", suite("floor.lua")) +
-		contender("floor-shared", "floor-shared", string(floorShared)) +
+		contender("floor-shared", "floor-shared", floorShared) +
 		"}\n" + largeLogLoop
 	var table strings.Builder
-	table.WriteString("\nlog-9-large inside one EVAL, Redis µs per call (least / median of 41 batches of 150 calls)\n" +
+	table.WriteString("\n" + name + " inside one EVAL, Redis µs per call (least / median of 41 batches of 150 calls)\n" +
 		"| run | v3 | v4 | v5 | v5 shared | plain script | floor | floor shared | v4/plain | v5 shared/plain | v5 shared/v4 | v5 shared/floor shared | plain/floor |\n" +
 		"|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for run := range b.N {
 		require.NoError(b, client.Do(b.Context(), client.B().Flushall().Build()).Error())
 		ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
-		rows, err := client.Do(ctx, client.B().Eval().Script(src).Numkeys(0).Arg("41", "150").Build()).ToArray()
+		rows, err := client.Do(ctx, client.B().Eval().Script(src).Numkeys(0).Arg("41", "150", shape).Build()).ToArray()
 		cancel()
 		require.NoError(b, err)
 		fig := map[string][2]float64{}

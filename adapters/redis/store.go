@@ -147,7 +147,7 @@ type callBuf struct {
 // Argument and reply layout of lua.RateLimitV5 (see the script's header).
 const (
 	packedHead     = 29 // i8 now, B flags, I4 floor of TTLs, I4 compact bound, i8 grace, I4 n
-	packedPerLimit = 18 // B algorithm, I4 limit, i8 period, I4 cost, B index of the key in KEYS
+	packedPerLimit = 17 // B algorithm + 4 × the index of its key in KEYS, I4 limit, i8 period, I4 cost
 	flagConsume    = 1
 	flagServerTime = 2
 	flagBareGCRA   = 4
@@ -454,12 +454,12 @@ func (s *Store) pack(buf *callBuf, now time.Time, limits []domain.Limit, req *re
 			keys = append(keys, l.Key)
 			index[i] = byte(len(keys)) // at most domain.MaxLimits
 		}
-		p = append(p, byte(l.Window.Algorithm))
+		// An algorithm is below 4, an index at most domain.MaxLimits.
+		p = append(p, byte(l.Window.Algorithm)+4*index[i])
 		// ValidateLimits bounds limit and cost by domain.MaxLimit (2^30).
 		p = binary.BigEndian.AppendUint32(p, uint32(l.Window.Limit))
 		p = binary.BigEndian.AppendUint64(p, uint64(l.Window.PeriodMicros()))
 		p = binary.BigEndian.AppendUint32(p, uint32(l.Cost))
-		p = append(p, index[i])
 	}
 	buf.packed = p
 	buf.args[0] = unsafe.String(unsafe.SliceData(p), len(p))
