@@ -89,4 +89,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5. A test checks it against the
 // embedded text.
-const RateLimitV5SHA1 = "ba7dc9c24535ce397d0b832f95630495493a46ad"
+const RateLimitV5SHA1 = "f1e3ea85ae65225f2de95771714cf3c98157378f"

@@ -172,6 +172,284 @@ local horizon = now + AHEAD
 
 local NONE, GCRA, COMPACT, ZSET, CONC = 0, 1, 2, 3, 4
 
+-- First index in [lo, hi) of compact string v whose instant exceeds x (hi
+-- if none), given a, the instant at lo, and b, the instant at hi - 1 (or
+-- nil: read here). The probes alternate between interpolation (arrivals
+-- are about even in time: the boundary is found in a probe or two) and
+-- bisection (a burst at one instant cannot make it linear). Elsewhere,
+-- integer division is written (x - x % y) / y: exact for the integers
+-- below 2^52 it meets, and no function call; an interpolated index is a
+-- quotient of doubles and takes floor, which x - x % 1 may miss by an
+-- ulp.
+local function above(v, lo, hi, x, a, b)
+  local bisect = false
+  while lo < hi do
+    a = a or sunpack('>I7', v, 2 + 7 * lo)
+    if a > x then
+      return lo
+    end
+    b = b or sunpack('>I7', v, 7 * hi - 5)
+    if b <= x then
+      return hi
+    end
+    -- a <= x < b: the index is in (lo, hi - 1].
+    local g
+    if bisect then
+      g = lo + hi
+      g = (g - g % 2) / 2
+    else
+      g = lo + 1 + floor((x - a) * (hi - 2 - lo) / (b - a))
+    end
+    bisect = not bisect
+    local y = sunpack('>I7', v, 2 + 7 * g)
+    if y > x then
+      hi, b = g + 1, y
+      if g == lo + 1 then
+        return g
+      end
+    else
+      lo, a = g + 1, nil
+    end
+  end
+  return lo
+end
+
+local function bad(i, reason)
+  return redis.error_reply('SLUICEVALUE ' .. i .. ' ' .. reason)
+end
+
+local format = string.format
+
+-- A TTL in milliseconds as the string redis.call sends: a number argument
+-- costs Redis a conversion per call, and the keys of one window share
+-- their TTL, converted once.
+local ttls = {}
+local function ttl(px)
+  local s = ttls[px]
+  if not s then
+    s = format('%.0f', px)
+    ttls[px] = s
+  end
+  return s
+end
+
+-- Writes a GCRA state (S6): its TAT, bare for v2 readers or with the
+-- interval t it was written with, for as long as it holds units (at
+-- least the TTL floor). Admission, charge and refund all write it so.
+local function settat(key, tat, t)
+  local px = tat - now + 999
+  px = (px - px % 1000) / 1000
+  if px < minttl then
+    px = minttl
+  end
+  if bare then
+    redis.call('SET', key, tat, 'PX', ttl(px))
+  else
+    redis.call('SET', key, pack('>Bi8i8', 2, tat, t), 'PX', ttl(px))
+  end
+end
+
+-- The fast path (docs/adr/016, "Performance"): Evaluate and
+-- EvaluateRepeated (op 0, consuming) whose every window is a sliding log
+-- above the compact bound, so that every key is a ZSET by its windows
+-- (the large-log shape). It reads, decides, replies and writes exactly
+-- as the general path below does for those keys, in one pass over the
+-- limits with a few locals instead of the state tables; a key that
+-- turns out to hold a string (WRONGTYPE) sends the call to the general
+-- path, which reads it again (nothing is written before).
+local fast = consume and not leased
+if fast then
+  for i = 1, n do
+    if arg[4 * i - 3] % 4 ~= 0 or arg[4 * i - 2] <= compact then
+      fast = false
+      break
+    end
+  end
+end
+if fast then
+  -- Per key: the newest unit (false: none), the longest period, the
+  -- cost; per limit: the units in its window and its lower bound.
+  local kn, kp, kc, cnt, lw = {}, {}, {}, {}, {}
+  local seen, A = 0, reps
+  for i = 1, n do
+    local j = 4 * i
+    local k, l, p, c = arg[j - 3] / 4, arg[j - 2], arg[j - 1], arg[j]
+    local newest
+    if k == seen + 1 then
+      seen = k
+      local z = redis.pcall('ZREVRANGE', KEYS[k], 0, 0, 'WITHSCORES')
+      if z.err then
+        fast = false
+        break
+      end
+      newest = false
+      if z[2] then
+        newest = tonumber(z[2])
+        if newest ~= newest or newest < -AHEAD or newest % 1 ~= 0 then
+          return bad(i, 'range')
+        end
+        if newest > horizon then
+          return bad(i, 'future')
+        end
+      end
+      kn[k], kp[k], kc[k] = newest, p, c
+    elseif k < 1 or k > seen then
+      return redis.error_reply('ERR sluice rate_limit_v5: a limit names key ' .. k .. ': keys are named 1 to u, each first after the ones before it')
+    else
+      if c ~= kc[k] then
+        return redis.error_reply('ERR sluice rate_limit_v5: limits that share a key must be sliding logs of one cost')
+      end
+      if p > kp[k] then
+        kp[k] = p
+      end
+      newest = kn[k]
+    end
+    local count, lower = 0, 0
+    if newest then
+      local latest, gr = now, grace
+      if newest > now then
+        latest = newest
+      end
+      if gr > p then
+        gr = p
+      end
+      lower = latest - p - gr
+      if lower < now - p then
+        lower = now - p
+      end
+      count = redis.call('ZCOUNT', KEYS[k], lower + 1, '+inf')
+    end
+    cnt[i], lw[i] = count, lower
+    local room = l - count
+    if room < c * A then
+      if room > 0 then
+        A = (room - room % c) / c
+      else
+        A = 0
+      end
+    end
+  end
+  if fast then
+    if seen ~= u then
+      return redis.error_reply('ERR sluice rate_limit_v5: every key must be named by a limit')
+    end
+    local reply = {A}
+    if A < reps then
+      -- A refused request's statuses, after the A admitted ones.
+      local o = 1
+      if A > 0 then
+        o = 1 + 2 * n
+      end
+      for i = 1, n do
+        local j = 4 * i
+        local k, l, p, c = arg[j - 3] / 4, arg[j - 2], arg[j - 1], arg[j]
+        local count, newest, used = cnt[i], kn[k], A * c
+        local total, retry, reset = count + used, 0, 0
+        if total + c > l then
+          -- The need-th oldest unit of the window's units and the used
+          -- ones at now, which sort after every unit up to now.
+          local need = total + c - l
+          local first
+          local lo = '(' .. format('%.0f', lw[i])
+          if need <= count then
+            local z = redis.call('ZRANGEBYSCORE', KEYS[k], lo, '+inf', 'WITHSCORES', 'LIMIT', need - 1, 1)
+            first = tonumber(z[2])
+            first = first - first % 1
+          end
+          if used > 0 and not (first and first <= now) then
+            local y = need - used
+            first = now
+            if y >= 1 then
+              local z = redis.call('ZRANGEBYSCORE', KEYS[k], lo, '+inf', 'WITHSCORES', 'LIMIT', y - 1, 1)
+              local x = tonumber(z[2])
+              x = x - x % 1
+              if x > now then
+                first = x
+              end
+            end
+          end
+          retry = first + p - now
+        end
+        local remaining = l - total
+        if remaining < 0 then
+          remaining = 0
+        end
+        if total > 0 then
+          local top = newest or now
+          if used > 0 and top < now then
+            top = now
+          end
+          reset = top + p - now
+        end
+        reply[o + 1], reply[o + 2], reply[o + 3] = remaining, retry, reset
+        o = o + 3
+      end
+    end
+    if A > 0 then
+      -- Each window's figures after the A-th request, then the writes,
+      -- once per key.
+      local o = 1
+      for i = 1, n do
+        local j = 4 * i
+        local k = arg[j - 3] / 4
+        local top, newest = now, kn[k]
+        if newest and newest > now then
+          top = newest
+        end
+        local remaining = arg[j - 2] - cnt[i] - A * arg[j]
+        if remaining < 0 then
+          remaining = 0
+        end
+        reply[o + 1], reply[o + 2] = remaining, top + arg[j - 1] - now
+        o = o + 2
+      end
+      local one
+      for k = 1, u do
+        local key, newest, p, used = KEYS[k], kn[k], kp[k], A * kc[k]
+        local top, gr = now, grace
+        if newest and newest > now then
+          top = newest
+        end
+        if gr > p then
+          gr = p
+        end
+        local px = top + p - now + gr + 999
+        px = (px - px % 1000) / 1000
+        if px < minttl then
+          px = minttl
+        end
+        if newest then
+          -- The trim of each eighth of the longest period, at its forget
+          -- bound, as the general path's.
+          local q = (p - p % 8) / 8
+          if q < 1 then
+            q = 1
+          end
+          if newest - newest % q ~= now - now % q then
+            redis.call('ZREMRANGEBYSCORE', key, '-inf', top - p - gr)
+          end
+        end
+        if used == 1 then
+          if not one then
+            one = ARGV[2] .. ':1'
+          end
+          redis.call('ZADD', key, now, one)
+        end
+        for y = 1, used > 1 and used or 0, 500 do
+          local args = {}
+          for x = y, math.min(y + 499, used) do
+            args[#args + 1] = now
+            args[#args + 1] = ARGV[2] .. ':' .. x
+          end
+          redis.call('ZADD', key, unpack(args))
+        end
+        redis.call('PEXPIRE', key, ttl(px))
+      end
+    end
+    return reply
+  end
+end
+
 -- Per limit, 8 slots of st from 8(i-1), the ones its window needs: 1
 -- kind (its key's), 2 the first index inside the window (compact), 3 the
 -- units inside the window (a concurrency window's slots held), 4 the
@@ -275,83 +553,6 @@ for i = 1, n do
 end
 if seen ~= u then
   return redis.error_reply('ERR sluice rate_limit_v5: every key must be named by a limit')
-end
-
--- First index in [lo, hi) of compact string v whose instant exceeds x (hi
--- if none), given a, the instant at lo, and b, the instant at hi - 1 (or
--- nil: read here). The probes alternate between interpolation (arrivals
--- are about even in time: the boundary is found in a probe or two) and
--- bisection (a burst at one instant cannot make it linear). Elsewhere,
--- integer division is written (x - x % y) / y: exact for the integers
--- below 2^52 it meets, and no function call; an interpolated index is a
--- quotient of doubles and takes floor, which x - x % 1 may miss by an
--- ulp.
-local function above(v, lo, hi, x, a, b)
-  local bisect = false
-  while lo < hi do
-    a = a or sunpack('>I7', v, 2 + 7 * lo)
-    if a > x then
-      return lo
-    end
-    b = b or sunpack('>I7', v, 7 * hi - 5)
-    if b <= x then
-      return hi
-    end
-    -- a <= x < b: the index is in (lo, hi - 1].
-    local g
-    if bisect then
-      g = lo + hi
-      g = (g - g % 2) / 2
-    else
-      g = lo + 1 + floor((x - a) * (hi - 2 - lo) / (b - a))
-    end
-    bisect = not bisect
-    local y = sunpack('>I7', v, 2 + 7 * g)
-    if y > x then
-      hi, b = g + 1, y
-      if g == lo + 1 then
-        return g
-      end
-    else
-      lo, a = g + 1, nil
-    end
-  end
-  return lo
-end
-
-local function bad(i, reason)
-  return redis.error_reply('SLUICEVALUE ' .. i .. ' ' .. reason)
-end
-
-local format = string.format
-
--- A TTL in milliseconds as the string redis.call sends: a number argument
--- costs Redis a conversion per call, and the keys of one window share
--- their TTL, converted once.
-local ttls = {}
-local function ttl(px)
-  local s = ttls[px]
-  if not s then
-    s = format('%.0f', px)
-    ttls[px] = s
-  end
-  return s
-end
-
--- Writes a GCRA state (S6): its TAT, bare for v2 readers or with the
--- interval t it was written with, for as long as it holds units (at
--- least the TTL floor). Admission, charge and refund all write it so.
-local function settat(key, tat, t)
-  local px = tat - now + 999
-  px = (px - px % 1000) / 1000
-  if px < minttl then
-    px = minttl
-  end
-  if bare then
-    redis.call('SET', key, tat, 'PX', ttl(px))
-  else
-    redis.call('SET', key, pack('>Bi8i8', 2, tat, t), 'PX', ttl(px))
-  end
 end
 
 -- Ops 1-3: the lease record's key, the lease ID, ARGV[3], and for Settle

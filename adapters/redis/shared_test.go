@@ -20,6 +20,30 @@ type principal struct {
 	windows []domain.Window
 }
 
+// padded returns shared on keys of its own (prefix "gp") with one more
+// limit: a GCRA window that never refuses. A request with a GCRA window
+// takes the script's general path, one of large sliding logs alone its
+// fast path (docs/adr/016): the statuses of shared's limits must be the
+// same on both.
+func padded(tg string, ps []principal, cost int64) []domain.Limit {
+	sh, _ := layouts(tg, ps, cost)
+	for i := range sh {
+		sh[i].Key = "gp" + sh[i].Key[2:]
+	}
+	return append(sh, domain.Limit{Key: fmt.Sprintf("gp:{%s}:pad", tg), Window: gcra(domain.MaxLimit, time.Hour), Cost: cost})
+}
+
+// samePrefix checks that got, the answer to a padded request, says for
+// the request's own limits what want says.
+func samePrefix(t *testing.T, want, got domain.Result, msgAndArgs ...any) {
+	t.Helper()
+	require.Equal(t, want.Allowed, got.Allowed, msgAndArgs...)
+	n := len(want.Statuses())
+	if n > 0 {
+		require.Equal(t, want.Statuses(), got.Statuses()[:n], msgAndArgs...)
+	}
+}
+
 // layouts returns the limits of one request over principals ps at cost,
 // on the shared layout and on the per-window layout, in the same order;
 // the two use disjoint keys under one hash tag.
@@ -53,7 +77,11 @@ var sharedPrincipals = []principal{
 // Evaluate, Peek, EvaluateRepeated, Reserve and Settle (refunds and
 // charges). Every answer of the shared layout equals the per-window
 // layout's (Allowed, Limiting and every window's Remaining, RetryAfter
-// and ResetAfter, to the microsecond): only the storage is shared. With
+// and ResetAfter, to the microsecond): only the storage is shared. A
+// third copy of each request, padded with a GCRA window that never
+// refuses, runs the script's general path where the other two may take
+// its fast path (every window a sliding log above the compact bound,
+// docs/adr/016), and says the same for their limits. With
 // compact logs (the default) and with every log a ZSET (LogZSet), on a
 // standalone server and on a cluster.
 func TestSharedLogDifferential(t *testing.T) {
@@ -81,8 +109,8 @@ func sharedTimeline(t *testing.T, s *redis.Store, rng *rand.Rand, name string) {
 	tg := tag(t)
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	type pending struct {
-		sh, pw       []domain.Limit
-		shL, pwL     domain.Lease
+		sh, pw, gp   []domain.Limit
+		shL, pwL, gL domain.Lease
 		reservedCost int64
 	}
 	var lease *pending
@@ -104,6 +132,7 @@ func sharedTimeline(t *testing.T, s *redis.Store, rng *rand.Rand, name string) {
 		}
 		cost := 1 + rng.Int64N(3)
 		sh, pw := layouts(tg, ps, cost)
+		gp := padded(tg, ps, cost)
 		where := fmt.Sprintf("%s step %d at %s, cost %d, %v", name, step, now.Format(time.StampMicro), cost, ps)
 		switch op := rng.IntN(100); {
 		case op < 40:
@@ -112,6 +141,9 @@ func sharedTimeline(t *testing.T, s *redis.Store, rng *rand.Rand, name string) {
 			b, err := s.Evaluate(ctx, now, pw)
 			require.NoError(t, err, where)
 			require.Equal(t, b, a, "Evaluate %s", where)
+			g, err := s.Evaluate(ctx, now, gp)
+			require.NoError(t, err, where)
+			samePrefix(t, a, g, "Evaluate, general path %s", where)
 			counts[fmt.Sprint("evaluate allowed=", a.Allowed)]++
 		case op < 55:
 			a, err := s.Peek(ctx, now, sh)
@@ -119,6 +151,9 @@ func sharedTimeline(t *testing.T, s *redis.Store, rng *rand.Rand, name string) {
 			b, err := s.Peek(ctx, now, pw)
 			require.NoError(t, err, where)
 			require.Equal(t, b, a, "Peek %s", where)
+			g, err := s.Peek(ctx, now, gp)
+			require.NoError(t, err, where)
+			samePrefix(t, a, g, "Peek, general path %s", where)
 			counts["peek"]++
 		case op < 70:
 			n := 2 + rng.IntN(5)
@@ -130,6 +165,15 @@ func sharedTimeline(t *testing.T, s *redis.Store, rng *rand.Rand, name string) {
 			b, err := s.EvaluateRepeated(ctx, now, pw, n)
 			require.NoError(t, err, where)
 			require.Equal(t, b, a, "EvaluateRepeated %d %s", n, where)
+			g, err := s.EvaluateRepeated(ctx, now, gp, n)
+			require.NoError(t, err, where)
+			require.Equal(t, a.Admitted, g.Admitted, "EvaluateRepeated %d, general path %s", n, where)
+			if a.Admitted > 0 {
+				samePrefix(t, a.Last, g.Last, "EvaluateRepeated %d, general path %s", n, where)
+			}
+			if a.Admitted < n {
+				samePrefix(t, a.Refused, g.Refused, "EvaluateRepeated %d, general path %s", n, where)
+			}
 			counts[fmt.Sprint("repeated admitted<n=", a.Admitted < n)]++
 		case op < 85 && lease == nil:
 			a, la, err := s.Reserve(ctx, now, sh, time.Minute)
@@ -138,8 +182,11 @@ func sharedTimeline(t *testing.T, s *redis.Store, rng *rand.Rand, name string) {
 			require.NoError(t, err, where)
 			require.Equal(t, b, a, "Reserve %s", where)
 			require.Equal(t, lb.At, la.At, "Reserve %s", where)
+			g, lg, err := s.Reserve(ctx, now, gp, time.Minute)
+			require.NoError(t, err, where)
+			samePrefix(t, a, g, "Reserve, general path %s", where)
 			if a.Allowed {
-				lease = &pending{sh: sh, pw: pw, shL: la, pwL: lb, reservedCost: cost}
+				lease = &pending{sh: sh, pw: pw, gp: gp, shL: la, pwL: lb, gL: lg, reservedCost: cost}
 			}
 			counts[fmt.Sprint("reserve allowed=", a.Allowed)]++
 		case lease != nil:
@@ -150,6 +197,9 @@ func sharedTimeline(t *testing.T, s *redis.Store, rng *rand.Rand, name string) {
 			b, err := s.Settle(ctx, now, lease.pwL, lease.pw, actual)
 			require.NoError(t, err, where)
 			require.Equal(t, b, a, "Settle %d of %d %s", actual, lease.reservedCost, where)
+			g, err := s.Settle(ctx, now, lease.gL, lease.gp, actual)
+			require.NoError(t, err, where)
+			require.Equal(t, a, g, "Settle %d of %d, general path %s", actual, lease.reservedCost, where)
 			counts[fmt.Sprint("settle ", actual-lease.reservedCost < 0, actual-lease.reservedCost > 0)]++
 			lease = nil
 		}
