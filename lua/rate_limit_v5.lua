@@ -403,7 +403,8 @@ if fast then
         reply[o + 1], reply[o + 2] = remaining, top + arg[j - 1] - now
         o = o + 2
       end
-      local one
+      -- now as the string ZADD takes, formatted once for every key.
+      local one, nows = false, format('%.0f', now)
       for k = 1, u do
         local key, newest, p, used = KEYS[k], kn[k], kp[k], A * kc[k]
         local top, gr = now, grace
@@ -433,12 +434,12 @@ if fast then
           if not one then
             one = ARGV[2] .. ':1'
           end
-          redis.call('ZADD', key, now, one)
+          redis.call('ZADD', key, nows, one)
         end
         for y = 1, used > 1 and used or 0, 500 do
           local args = {}
           for x = y, math.min(y + 499, used) do
-            args[#args + 1] = now
+            args[#args + 1] = nows
             args[#args + 1] = ARGV[2] .. ':' .. x
           end
           redis.call('ZADD', key, unpack(args))
