@@ -1,8 +1,11 @@
 package redis_test
 
 import (
+	"context"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
@@ -10,6 +13,8 @@ import (
 
 	"github.com/sluicehq/sluice/adapters/redis"
 	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/lua"
 )
 
 // principal is one principal's windows of a request: on the shared
@@ -303,17 +308,28 @@ func TestSharedLogBecomesAZSetWhenALargeWindowJoins(t *testing.T) {
 	require.Len(t, compactUnits(t, do(t, srv.Addr(), "GET", key).(string)), 5, "the units at 200, 300 and 3 at 1150 ms")
 }
 
-// TestSharedLogIsOneKeyOnACluster: a request whose principals' windows
-// share keys under one hash tag runs on a cluster as on a standalone
-// server; the lease record and the keys stay in one slot.
-func TestSharedLogIsOneKeyOnACluster(t *testing.T) {
+// TestSharedLogReservesOnACluster: a reservation whose principals'
+// windows share keys, with a concurrency window beside them, on a
+// cluster: the shared keys, the concurrency key and the lease record are
+// one slot; the reservation takes one slot and records its units once in
+// each shared log (a second reservation sees them in every window), and
+// a full refund gives every window its whole quota back and the slot.
+func TestSharedLogReservesOnACluster(t *testing.T) {
 	s := newStore(t, topologies[1].cfg(t))
 	tg := tag(t)
-	sh, _ := layouts(tg, sharedPrincipals[:2], 1)
+	sh, _ := layouts(tg, sharedPrincipals[:2], 2)
+	sh = append(sh, domain.Limit{Key: fmt.Sprintf("sh:{%s}:conc", tg), Window: concurrency(1, time.Minute), Cost: 1})
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	r, lease, err := s.Reserve(t.Context(), now, sh, time.Minute)
 	require.NoError(t, err)
 	require.True(t, r.Allowed)
+	for i, st := range r.Statuses()[:len(sh)-1] {
+		require.Equal(t, sh[i].Window.Limit-2, st.Remaining, "limit %d: the reservation's 2 units, once", i)
+	}
+	r, _, err = s.Reserve(t.Context(), now, sh, time.Minute)
+	require.NoError(t, err)
+	require.False(t, r.Allowed, "the concurrency slot is held")
+	require.Equal(t, len(sh)-1, r.Limiting)
 	got, err := s.Settle(t.Context(), now.Add(time.Millisecond), lease, sh, 0)
 	require.NoError(t, err)
 	require.Equal(t, domain.Settled, got)
@@ -321,5 +337,58 @@ func TestSharedLogIsOneKeyOnACluster(t *testing.T) {
 	require.NoError(t, err)
 	for i, st := range r.Statuses() {
 		require.Equal(t, sh[i].Window.Limit, st.Remaining, "limit %d after the refund", i)
+	}
+}
+
+// TestScriptV5RefusesABadLayout: rate_limit_v5 itself refuses, before
+// writing anything, a layout the store never sends: a key index out of
+// order, a KEYS entry no limit names, limits sharing a key with different
+// costs or with a window that is not a sliding log. Both the general path
+// and the fast path (large sliding logs alone) check it.
+func TestScriptV5RefusesABadLayout(t *testing.T) {
+	addr := redistest.Standalone(t)
+	type lim struct {
+		alg, key byte
+		limit    uint32
+		cost     uint32
+	}
+	call := func(keys []string, limits []lim) error {
+		p := binary.BigEndian.AppendUint64(nil, uint64(time.Now().UnixMicro()))
+		p = append(p, 1) // consume, caller time
+		p = binary.BigEndian.AppendUint32(p, 1000)
+		p = binary.BigEndian.AppendUint32(p, redis.CompactLogMaxLimit)
+		p = binary.BigEndian.AppendUint64(p, 0)
+		p = binary.BigEndian.AppendUint32(p, 1)
+		for _, l := range limits {
+			p = append(p, l.alg+4*l.key)
+			p = binary.BigEndian.AppendUint32(p, l.limit)
+			p = binary.BigEndian.AppendUint64(p, uint64(time.Second/time.Microsecond))
+			p = binary.BigEndian.AppendUint32(p, l.cost)
+		}
+		args := append([]string{"EVAL", lua.RateLimitV5, strconv.Itoa(len(keys))}, keys...)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		_, err := redistest.Do(ctx, addr, append(args, string(p), "n")...)
+		return err
+	}
+	tg := tag(t)
+	k1, k2 := "bad:{"+tg+"}:1", "bad:{"+tg+"}:2"
+	for _, big := range []uint32{10, redis.CompactLogMaxLimit + 1} {
+		for _, tc := range []struct {
+			name   string
+			keys   []string
+			limits []lim
+			want   string
+		}{
+			{"index out of order", []string{k1, k2}, []lim{{0, 2, big, 1}, {0, 1, big, 1}}, "keys are named 1 to u"},
+			{"index zero", []string{k1}, []lim{{0, 0, big, 1}}, "keys are named 1 to u"},
+			{"a key no limit names", []string{k1, k2}, []lim{{0, 1, big, 1}, {0, 1, big + 1, 1}}, "every key must be named"},
+			{"costs differ", []string{k1}, []lim{{0, 1, big, 1}, {0, 1, big + 1, 2}}, "sliding logs of one cost"},
+			{"a GCRA window shares", []string{k1}, []lim{{0, 1, big, 1}, {1, 1, big, 1}}, "sliding logs of one cost"},
+		} {
+			err := call(tc.keys, tc.limits)
+			require.ErrorContains(t, err, tc.want, "%s, limit %d", tc.name, big)
+			require.Equal(t, int64(0), do(t, addr, "EXISTS", k1, k2), "%s: nothing written", tc.name)
+		}
 	}
 }
