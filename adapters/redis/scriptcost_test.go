@@ -333,9 +333,10 @@ func evalshaMicros(b *testing.B, addr string) float64 {
 }
 
 // BenchmarkScriptLoop measures the scripts' own time per call inside
-// Redis: testdata/floor/loop.lua runs rate_limit_v2, rate_limit_v3 and
-// rate_limit_v4 (the default, no grace, and with DefaultGrace as under
-// CallerTime; v4's Evaluate takes v3's arguments), v3 once more as a
+// Redis: testdata/floor/loop.lua runs rate_limit_v2, rate_limit_v3,
+// rate_limit_v4 and rate_limit_v5 on keys of one window each (the
+// default, no grace, and with DefaultGrace as under CallerTime; v4's
+// Evaluate takes v3's arguments), v3 once more as a
 // control (its ratio to v3 is the benchmark's own noise) and the floor on
 // the shapes of BenchmarkScriptCost, in alternating batches of
 // one EVAL, on a simulated clock. Without the client, the network and the
@@ -360,10 +361,12 @@ func BenchmarkScriptLoop(b *testing.B) {
 		contender("v3-control", 3, lua.RateLimitV3) +
 		contender("v3-grace", 3, lua.RateLimitV3) +
 		contender("v4-grace", 3, lua.RateLimitV4) +
+		contender("v5", 5, lua.RateLimitV5) +
+		contender("v5-grace", 5, lua.RateLimitV5) +
 		contender("floor", 0, readFloor(b, "keys.lua")) +
 		"}\n" + readFloor(b, "loop.lua")
 	dg := strconv.FormatInt(redis.DefaultGrace.Microseconds(), 10)
-	graces := "0,0,0," + dg + "," + dg
+	graces := "0,0,0," + dg + "," + dg + ",0," + dg
 	small := domain.Window{Limit: 1000, Period: 100 * time.Millisecond, Algorithm: domain.SlidingLog}
 	big := domain.Window{Limit: 50_000, Period: time.Second, Algorithm: domain.SlidingLog}
 	huge := domain.Window{Limit: domain.MaxLimit, Period: time.Hour, Algorithm: domain.GCRA}
@@ -378,8 +381,8 @@ func BenchmarkScriptLoop(b *testing.B) {
 	}
 	var table strings.Builder
 	table.WriteString("\nRedis µs per call inside one EVAL (least / median of 31 batches of 300 calls)\n" +
-		"| shape | v2 | v3 (no grace) | v4 (no grace) | v3 (DefaultGrace) | v4 (DefaultGrace) | floor | v4/v3 | v4 grace/v3 grace | v3 again/v3 (the noise) | v4/floor | v3/floor | v2/floor | string value bytes |\n" +
-		"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"| shape | v2 | v3 (no grace) | v4 (no grace) | v5 (no grace) | v3 (DefaultGrace) | v4 (DefaultGrace) | v5 (DefaultGrace) | floor | v4/v3 | v5/v4 | v5 grace/v4 grace | v4 grace/v3 grace | v3 again/v3 (the noise) | v4/floor | v5/floor | v3/floor | v2/floor | string value bytes |\n" +
+		"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, sh := range shapes {
 		var per []byte
 		for _, w := range sh.windows {
@@ -414,9 +417,10 @@ func BenchmarkScriptLoop(b *testing.B) {
 			versus := func(a, b string) string {
 				return fmt.Sprintf("%.2f / %.2f", fig[a][0]/fig[b][0], fig[a][1]/fig[b][1])
 			}
-			fmt.Fprintf(&table, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", sh.name,
-				cell("v2"), cell("v3"), cell("v4"), cell("v3-grace"), cell("v4-grace"), cell("floor"),
-				versus("v4", "v3"), versus("v4-grace", "v3-grace"), versus("v3-control", "v3"), ratio("v4"), ratio("v3"), ratio("v2"), bytes)
+			fmt.Fprintf(&table, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", sh.name,
+				cell("v2"), cell("v3"), cell("v4"), cell("v5"), cell("v3-grace"), cell("v4-grace"), cell("v5-grace"), cell("floor"),
+				versus("v4", "v3"), versus("v5", "v4"), versus("v5-grace", "v4-grace"), versus("v4-grace", "v3-grace"), versus("v3-control", "v3"),
+				ratio("v4"), ratio("v5"), ratio("v3"), ratio("v2"), bytes)
 		}
 	}
 	b.Log(table.String())

@@ -4,11 +4,12 @@
 -- network or the command dispatch, which share the machine's cores in
 -- BenchmarkScriptCost. The benchmark prepends CONTENDERS, a list of
 -- {name, kind, fn}: fn(KEYS, ARGV) is rate_limit_v2 (kind 2),
--- rate_limit_v3 (kind 3) or the floor keys.lua (kind 0), each file's text
--- as a function body.
+-- rate_limit_v3 or a script taking its arguments (kind 3),
+-- rate_limit_v5 (kind 5) or the floor keys.lua (kind 0), each file's
+-- text as a function body.
 --
 -- ARGV: [1] the windows, struct-packed as v3's per-key fields ("B I4 i8
--- I4" each); [2] v3's grace in microseconds per contender of kind 3,
+-- I4" each); [2] v3's grace in microseconds per contender of kind 3 or 5,
 -- comma-separated in CONTENDERS' order; [3] calls per batch; [4]
 -- batches.
 --
@@ -25,9 +26,13 @@
 local per, calls, batches = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4])
 local pack, unpack1 = struct.pack, struct.unpack
 local wins = {}
+-- per5: the same windows for rate_limit_v5 (kind 5), each on a key of
+-- its own: the algorithm byte carries the key's index (4 * i).
+local per5 = ''
 for i = 1, #per / 17 do
   local g, l, p, c = unpack1('>BI4i8I4', per, 17 * (i - 1) + 1)
   wins[i] = {g = g, l = l, p = p, c = c}
+  per5 = per5 .. pack('>BI4i8I4', g + 4 * i, l, p, c)
 end
 local graces = {}
 for x in string.gmatch(ARGV[2], '[^,]+') do
@@ -60,7 +65,7 @@ for v, c in ipairs(CONTENDERS) do
   for j = 1, SETS do
     s.sets[j] = keyset(v, j)
   end
-  if c.kind == 3 then
+  if c.kind == 3 or c.kind == 5 then
     gi = gi + 1
     s.grace = graces[gi]
   end
@@ -82,12 +87,16 @@ local function batch(v, calls)
     else
       redis.call('TIME')
       local head
-      if c.kind == 3 then
+      local p = per
+      if c.kind == 3 or c.kind == 5 then
         head = pack('>i8BI4I4i8I4', s.now, 1, 1000, 1024, s.grace, 1)
+        if c.kind == 5 then
+          p = per5
+        end
       else
         head = pack('>i8BI4I4', s.now, 1, 1000, 1024)
       end
-      r = c.fn(ks, {head .. per, 'n' .. nonce})
+      r = c.fn(ks, {head .. p, 'n' .. nonce})
       if type(r) ~= 'table' or r[1] ~= 1 then
         error('contender ' .. c.name .. ' did not admit: ' .. tostring(type(r) == 'table' and (r.err or r[1]) or r))
       end
