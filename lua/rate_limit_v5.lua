@@ -64,6 +64,13 @@
 --     admission), refunded or charged once by Settle.
 -- A key named by one limit is that rule with P its window's period: v4's.
 --
+-- Three paths, one answer (docs/adr/016-redis-script-v5.md): a request
+-- whose every key is named by one limit, limit i on KEYS[i], runs v4's
+-- own code (below "The per-window layout"); Evaluate on sliding logs
+-- above the compact bound alone runs the fast path; everything else the
+-- general path. Each gives, for the same units, the same replies and
+-- writes.
+--
 -- Op 0 (Evaluate, Peek): the n requests are decided in order, each all
 -- or nothing, as n calls of one request would be: the first A (the
 -- admitted count) pass, and every later one is refused and consumes
