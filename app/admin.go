@@ -200,8 +200,13 @@ func (l *Limiter) resetProfiles(names []string) (profiles []*profile, facade boo
 }
 
 // profileResetKeys lists the keys of p's windows of dims for id, and the
-// bypass cap's when id's client is of one of dims.
+// bypass cap's when id's client is of one of dims. It lists every
+// window's own key, whatever Config.LogLayout: a shared log is the key
+// of one of its windows (docs/adr/015), so these are the keys of every
+// layout, and a reset forgets a principal's counts on a fleet whose
+// instances run different layouts (a rollout) as on one that does not.
 func profileResetKeys(p *profile, id identity, dims []domain.Dimension) []string {
+	// No key layout: every window names its own key.
 	only := &profile{RouteProfile: domain.RouteProfile{Name: p.Name}}
 	for _, dw := range p.Dimensions {
 		if slices.Contains(dims, dw.Dimension) {
