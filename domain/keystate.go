@@ -152,6 +152,18 @@ func (k *KeyState) Committed(now int64, w Window, cost, grace int64, checked Lim
 	return k.log.committed(now, p, w.Limit, cost, checked)
 }
 
+// SharedCommitted returns the status after consumption of the
+// sliding-log window w on a key whose log it shares with other windows of
+// the request (docs/adr/015), checked being what Check returned for w:
+// the request's units were recorded once, by Committed under the log's
+// window (the longest period among the windows, so that the log keeps
+// what each of them counts), and w reads its Remaining and ResetAfter
+// from that log, as it would from a log of its own holding the same
+// units. Call it only after that Committed.
+func (k *KeyState) SharedCommitted(now int64, w Window, checked LimitStatus) LimitStatus {
+	return k.log.after(now, w.PeriodMicros(), w.Limit, checked)
+}
+
 // Idle reports whether dropping the key changes no answer for any caller
 // whose instant is at or after now: a GCRA state back to its full quota,
 // a log with no unit inside its longest window. A store passes its latest

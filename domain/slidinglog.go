@@ -166,6 +166,13 @@ func (s *LogState) Committed(now int64, w Window, cost int64, checked LimitStatu
 // committed is Committed for a window of period p (µs) and limit.
 func (s *LogState) committed(now, p, limit, cost int64, checked LimitStatus) LimitStatus {
 	s.commit(now, cost)
+	return s.after(now, p, limit, checked)
+}
+
+// after is the status of a window of period p (µs) and limit at now once
+// the request checked was recorded in the log: its Remaining and
+// ResetAfter read from the log as it now is.
+func (s *LogState) after(now, p, limit int64, checked LimitStatus) LimitStatus {
 	checked.Remaining = max(limit-s.seek(now-p), 0)
 	checked.ResetAfter = Micros(s.entries[len(s.entries)-1].at + p - now)
 	return checked
