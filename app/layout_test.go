@@ -491,3 +491,94 @@ func TestResetForgetsEveryLayout(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedLogRefusalCache: the refusal cache repeats a refusal of a
+// window on a shared log only while the store would give it. Against a
+// per_window instance on a store of its own, without a cache, every
+// decision agrees on its state, limiting window and retry-after.
+func TestSharedLogRefusalCache(t *testing.T) {
+	clock := fakeclock.New(t0)
+	cfg := layoutConfig(app.LogLayoutShared)
+	cfg.RefusalCacheSize = 64
+	cached := newLayoutLimiter(t, cfg, newLocal(t), clock)
+	ref := newLayoutLimiter(t, layoutConfig(app.LogLayoutPerWindow), newLocal(t), clock)
+	req := app.Request{Route: routePair, ClientIP: rawIP}
+	repeated := 0
+	for i := range 60 {
+		clock.Advance(100 * time.Millisecond)
+		for range 2 {
+			got, err := cached.Evaluate(context.Background(), req)
+			require.NoError(t, err)
+			want, err := ref.Evaluate(context.Background(), req)
+			require.NoError(t, err)
+			if got.Source == domain.SourceRefusalCache {
+				repeated++
+			}
+			assert.Equal(t, want.State, got.State, "step %d", i)
+			assert.Equal(t, want.LimitingWindow, got.LimitingWindow, "step %d", i)
+			assert.Equal(t, want.RetryAfter, got.RetryAfter, "step %d", i)
+		}
+	}
+	assert.Positive(t, repeated, "the cache never answered: the test proves nothing")
+}
+
+// TestSharedLogCoalesced: decisions released together on one shared log
+// are admitted exactly to the burst, coalesced or not.
+func TestSharedLogCoalesced(t *testing.T) {
+	clock := fakeclock.New(t0)
+	l := newLayoutLimiter(t, layoutConfig(app.LogLayoutShared), newLocal(t), clock)
+	req := app.Request{Route: routePair, ClientIP: rawIP}
+	const n = 40
+	start := make(chan struct{})
+	results := make(chan domain.State, n)
+	for range n {
+		go func() {
+			<-start
+			d, err := l.Evaluate(context.Background(), req)
+			if err != nil {
+				t.Error(err)
+			}
+			results <- d.State
+		}()
+	}
+	close(start)
+	admitted := 0
+	for range n {
+		if <-results == domain.Allowed {
+			admitted++
+		}
+	}
+	assert.Equal(t, 5, admitted)
+	d, err := l.Peek(context.Background(), req)
+	require.NoError(t, err)
+	w := d.Windows.All()
+	assert.Equal(t, int64(3), w[0].Remaining, "sustained: 8 - 5")
+	assert.Equal(t, int64(0), w[1].Remaining, "burst")
+}
+
+// TestSharedLogSettlesOnce: a reservation on a shared log holds its cost
+// once, and settling refunds it once: each window then reads the actual
+// cost.
+func TestSharedLogSettlesOnce(t *testing.T) {
+	for _, layout := range []app.LogLayout{app.LogLayoutShared, app.LogLayoutBoth, app.LogLayoutPerWindow} {
+		t.Run(layout.String(), func(t *testing.T) {
+			clock := fakeclock.New(t0)
+			cfg := layoutConfig(layout)
+			cfg.Profiles[1].Settle = &app.SettleConfig{}
+			l := newLayoutLimiter(t, cfg, newLocal(t), clock)
+			req := app.Request{Route: routePair, ClientIP: rawIP, Cost: 3}
+			d, res, err := l.Reserve(context.Background(), req)
+			require.NoError(t, err)
+			require.Equal(t, domain.Allowed, d.State)
+			w := d.Windows.All()
+			require.Len(t, w, 2)
+			assert.Equal(t, []int64{5, 2}, []int64{w[0].Remaining, w[1].Remaining})
+			_, err = res.Settle(context.Background(), 1)
+			require.NoError(t, err)
+			p, err := l.Peek(context.Background(), app.Request{Route: routePair, ClientIP: rawIP, Cost: 1})
+			require.NoError(t, err)
+			w = p.Windows.All()
+			assert.Equal(t, []int64{7, 4}, []int64{w[0].Remaining, w[1].Remaining}, "each window counts the 1 unit settled")
+		})
+	}
+}
