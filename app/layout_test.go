@@ -582,3 +582,58 @@ func TestSharedLogSettlesOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestSharedLogMoves: a change that names another key for a window's log
+// under shared (a period change that makes another window the longest,
+// an algorithm change of the longest) leaves the old log's units behind,
+// unless the fleet ran log_layout both for a while first, which wrote
+// each window's own key too (docs/adr/015, "Consequences").
+func TestSharedLogMoves(t *testing.T) {
+	windows := func(burstPeriod time.Duration, sustained domain.Algorithm) []app.WindowConfig {
+		return []app.WindowConfig{
+			{Name: "burst", Limit: 5, Period: burstPeriod},
+			{Name: "sustained", Limit: 8, Period: 10 * time.Second, Algorithm: sustained},
+		}
+	}
+	req := app.Request{Route: routePair, ClientIP: rawIP}
+	tests := []struct {
+		name   string
+		before app.LogLayout
+		after  []app.WindowConfig
+		// passes is how many requests pass at the change's instant after 4.
+		passes int
+	}{
+		{"the burst becomes the longest: its key is new", app.LogLayoutShared, windows(20*time.Second, domain.SlidingLog), 5},
+		{"the same after both: its key holds every unit", app.LogLayoutBoth, windows(20*time.Second, domain.SlidingLog), 1},
+		{"the sustained leaves the log: the burst's key is new (the sustained window kept its 4)", app.LogLayoutShared, windows(time.Second, domain.GCRA), 4},
+		{"the same after both", app.LogLayoutBoth, windows(time.Second, domain.GCRA), 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := fakeclock.New(t0)
+			store := newLocal(t)
+			cfg := layoutConfig(tt.before)
+			cfg.Profiles[1].Windows.IP = windows(time.Second, domain.SlidingLog)
+			before := newLayoutLimiter(t, cfg, store, clock)
+			for range 4 {
+				d, err := before.Evaluate(context.Background(), req)
+				require.NoError(t, err)
+				require.Equal(t, domain.Allowed, d.State)
+			}
+			cfg = layoutConfig(app.LogLayoutShared)
+			cfg.Profiles[1].Windows.IP = tt.after
+			after := newLayoutLimiter(t, cfg, store, clock)
+			passed := 0
+			for {
+				d, err := after.Evaluate(context.Background(), req)
+				require.NoError(t, err)
+				if d.State != domain.Allowed {
+					break
+				}
+				passed++
+				require.Less(t, passed, 30)
+			}
+			assert.Equal(t, tt.passes, passed)
+		})
+	}
+}
