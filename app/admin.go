@@ -96,7 +96,8 @@ type ResetRequest struct {
 // (which holds the degraded counts and the bypass caps), refusals this
 // instance remembers are dropped, and the act is recorded (the Recorder's
 // RecordReset, the security-audit channel). It returns how many keys were
-// reset.
+// reset: every window's own key, whatever Config.LogLayout, which covers
+// the shared logs of docs/adr/015 (each is the key of one of its windows).
 //
 // A request naming no identity for its dimension, or an unknown profile,
 // is refused with a *domain.ContextError before anything is reset. A
