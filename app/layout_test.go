@@ -12,9 +12,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/adapters/redis"
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/ports"
 	"github.com/sluicehq/sluice/ports/fakeclock"
 )
@@ -171,6 +173,13 @@ func TestSharedLogCountsExactly(t *testing.T) {
 	stores := map[string]func(t *testing.T) ports.Store{
 		"reference": func(*testing.T) ports.Store { return conformance.NewReferenceStore() },
 		"local":     func(t *testing.T) ports.Store { return newLocal(t) },
+		"redis": func(t *testing.T) ports.Store {
+			srv := redistest.NewServer(t) // a server of its own: every run uses the same keys
+			s, err := redis.New(redis.Config{Addrs: []string{srv.Addr()}, Mode: redis.ModeStandalone, Time: redis.CallerTime})
+			require.NoError(t, err)
+			t.Cleanup(func() { s.Close() })
+			return s
+		},
 	}
 	for sname, open := range stores {
 		for _, layout := range []app.LogLayout{app.LogLayoutPerWindow, app.LogLayoutShared, app.LogLayoutBoth} {
