@@ -157,8 +157,7 @@ func (ev *evaluation) addProfileKeys(p *profile, id identity, cost int64, held b
 	// The buffer is never written again: the keys may share it as strings.
 	all := unsafe.String(unsafe.SliceData(buf), len(buf))
 	n0, start, i := ev.n, 0, 0
-	// first[d][j] is the index of window j's limit, for its hidden twin.
-	var first [domain.MaxLimits]int
+	hide := ev.hide
 	for d, dw := range p.Dimensions {
 		if id.of(dw.Dimension) == "" {
 			continue // the request lacks this identity
@@ -172,23 +171,22 @@ func (ev *evaluation) addProfileKeys(p *profile, id identity, cost int64, held b
 				c = 1 // a request holds one slot, whatever its cost
 			}
 			if p.hidden(d, j) {
-				first[ev.hide] = ev.n
+				// Its hidden limit comes in the same order below.
+				ev.twin[ev.hide] = uint8(ev.n)
 				ev.hide++
 			}
 			ev.add(domain.Limit{Key: all[start:ends[i]], Window: w, Cost: c}, dw.Dimension)
 			start, i = ends[i], i+1
 		}
 	}
-	h := 0
 	for d, dw := range p.Dimensions {
-		if id.of(dw.Dimension) == "" {
-			continue
+		if ev.hide == hide || id.of(dw.Dimension) == "" {
+			continue // nothing hidden (every layout but both), or no identity
 		}
 		for j, w := range dw.Windows {
 			if p.hidden(d, j) {
-				ev.twin[h] = uint8(first[h])
 				ev.add(domain.Limit{Key: all[start:ends[i]], Window: w, Cost: cost}, dw.Dimension)
-				start, i, h = ends[i], i+1, h+1
+				start, i = ends[i], i+1
 			}
 		}
 	}
