@@ -259,8 +259,7 @@ func (s *Store) settleLocked(b *batch, limits []domain.Limit, t int64, lease dom
 			e.st.Refund(t, reserved, w, d)
 		case d < 0:
 			e.st.Charge(t, w, -d, s.grace)
-			if c := int32(e.st.LogCap()); c > e.logCover {
-				e.logCover = max(2*c, baseLogEntries)
+			if e.grownLocked() {
 				b.after[i] |= afterRecost
 			}
 		}

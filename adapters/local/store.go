@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/dgraph-io/ristretto/v2"
 
@@ -156,6 +157,20 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 
 func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 
+// hashIn returns the hash of limits[i].Key, hash[:i] holding those of the
+// earlier limits: a key that is the very string of an earlier limit's
+// (the windows of a shared log, docs/adr/015, as a caller builds them)
+// takes its hash without hashing it again.
+func (s *Store) hashIn(limits []domain.Limit, i int, hash *[domain.MaxLimits]uint64) uint64 {
+	k := limits[i].Key
+	for j := range i {
+		if o := limits[j].Key; len(o) == len(k) && unsafe.StringData(o) == unsafe.StringData(k) {
+			return hash[j]
+		}
+	}
+	return s.hash(k)
+}
+
 // Evaluate checks limits at now and, only if every one admits its cost,
 // consumes the cost on every key (see ports.Store).
 func (s *Store) Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
@@ -224,7 +239,7 @@ func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit
 	}
 	var b batch
 	for i := range limits {
-		b.hash[i] = s.hash(limits[i].Key)
+		b.hash[i] = s.hashIn(limits, i, &b.hash)
 	}
 	if err := validateMany(limits, &b, commit); err != nil {
 		return err
@@ -290,7 +305,7 @@ func validateMany(limits []domain.Limit, b *batch, commit bool) error {
 				return validate(limits, commit)
 			}
 			if b.of[i] == 0 {
-				b.of[i], b.shared = uint8(j+1), true
+				b.join(limits, i, j)
 			}
 		}
 	}
@@ -335,7 +350,7 @@ func (s *Store) decideOne(l *domain.Limit, t int64, commit bool) (domain.LimitSt
 	st := check(e, l, t, s.grace)
 	if commit && st.Allowed {
 		var grew bool
-		if st, grew = e.commitLocked(l, t, s.grace, st); grew {
+		if st, grew = e.commitLocked(&l.Window, l.Cost, t, s.grace, st); grew {
 			after |= afterRecost
 		}
 	}
@@ -356,8 +371,31 @@ type batch struct {
 	// first to name it (domain.SharesLog), 0 otherwise: a shared log
 	// (docs/adr/015), looked up, locked and written through limit j
 	// alone. shared says whether any limit shares a key.
-	of     [domain.MaxLimits]uint8
+	of [domain.MaxLimits]uint8
+	// group[j] is g+1 when later limits share limit j's key, logs[g]
+	// then being the longest period and the largest limit among the
+	// windows naming it (logWindow); 0 otherwise.
+	group [domain.MaxLimits]uint8
+	logs  [domain.MaxLimits / 2]struct {
+		period time.Duration
+		limit  int64
+	}
+	groups uint8
 	shared bool
+}
+
+// join records that limit i shares the key of limit j, the first to name
+// it (docs/adr/015).
+func (b *batch) join(limits []domain.Limit, i, j int) {
+	g := b.group[j]
+	if g == 0 {
+		b.groups++
+		g, b.group[j] = b.groups, b.groups
+		b.logs[g-1].period, b.logs[g-1].limit = limits[j].Window.Period, limits[j].Window.Limit
+	}
+	l := &b.logs[g-1]
+	l.period, l.limit = max(l.period, limits[i].Window.Period), max(l.limit, limits[i].Window.Limit)
+	b.of[i], b.shared = uint8(j+1), true
 }
 
 // link fills b.of and b.shared from b.hash, for a request already
@@ -366,7 +404,7 @@ func (b *batch) link(limits []domain.Limit) {
 	for i := range limits {
 		for j := range i {
 			if b.hash[j] == b.hash[i] && limits[j].Key == limits[i].Key {
-				b.of[i], b.shared = uint8(j+1), true
+				b.join(limits, i, j)
 				break
 			}
 		}
@@ -381,18 +419,13 @@ func (b *batch) link(limits []domain.Limit) {
 // docs/adr/009 with that period), and of their largest limit, so that a
 // charge records as many units as the largest window counts.
 func (b *batch) logWindow(limits []domain.Limit, i int) (domain.Window, bool) {
-	w, group := limits[i].Window, false
-	if !b.shared {
+	w := limits[i].Window
+	g := b.group[i]
+	if g == 0 {
 		return w, false
 	}
-	for j := i + 1; j < len(limits); j++ {
-		if int(b.of[j]) == i+1 {
-			group = true
-			w.Period = max(w.Period, limits[j].Window.Period)
-			w.Limit = max(w.Limit, limits[j].Window.Limit)
-		}
-	}
-	return w, group
+	w.Period, w.Limit = b.logs[g-1].period, b.logs[g-1].limit
+	return w, true
 }
 
 // commitRate records cost units of the rate limit limits[i] at t on its
@@ -405,14 +438,16 @@ func (s *Store) commitRate(b *batch, limits []domain.Limit, i int, cost, t int64
 	if b.of[i] != 0 {
 		return e.st.SharedCommitted(t, l.Window, checked)
 	}
-	w, group := b.logWindow(limits, i)
-	c := domain.Limit{Key: l.Key, Window: w, Cost: cost}
-	st, grew := e.commitLocked(&c, t, s.grace, checked)
-	if grew {
-		b.after[i] |= afterRecost
+	if b.group[i] == 0 {
+		st, grew := e.commitLocked(&l.Window, cost, t, s.grace, checked)
+		if grew {
+			b.after[i] |= afterRecost
+		}
+		return st
 	}
-	if group {
-		st = e.st.SharedCommitted(t, l.Window, checked)
+	st := e.st.CommittedShared(t, b.logs[b.group[i]-1].period, l.Window, cost, s.grace, checked)
+	if e.grownLocked() {
+		b.after[i] |= afterRecost
 	}
 	return st
 }
