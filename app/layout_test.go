@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/adapters/local"
 	"github.com/sluicehq/sluice/adapters/redis"
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/conformance"
@@ -643,6 +645,71 @@ func TestSharedLogMoves(t *testing.T) {
 				require.Less(t, passed, 30)
 			}
 			assert.Equal(t, tt.passes, passed)
+		})
+	}
+}
+
+// partitionedLocal is a local store that says each hash tag is a
+// partition of its own, as a Redis Cluster's slots: the Limiter then
+// decides a request whose keys carry two tags through one reservation
+// per tag (docs/adr/013).
+type partitionedLocal struct {
+	*local.Store
+	mu  sync.Mutex
+	ids map[string]int
+}
+
+func (p *partitionedLocal) Partition(key string) (int, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	tag := hashTag(key)
+	id, ok := p.ids[tag]
+	if !ok {
+		id = len(p.ids)
+		p.ids[tag] = id
+	}
+	return id, true
+}
+
+// splitView is decisionOf without the reset-afters: a side released
+// after a refusal elsewhere reports the reset-after its reservation saw
+// (split.go's release restores the remaining counts only), in every
+// layout.
+func splitView(d domain.Decision) string {
+	s := fmt.Sprintf("%s %s rem=%d retry=%s", d.State, d.LimitingWindow, d.Remaining, d.RetryAfter)
+	for _, w := range d.Windows.All() {
+		s += fmt.Sprintf(" [%s %s %t %d %s]", w.Dimension, w.Window.Name, w.Allowed, w.Remaining, w.RetryAfter)
+	}
+	return s
+}
+
+// TestSharedLogAcrossPartitions: the ip's log lives under the ip's tag,
+// the other principals' under the tenant's (docs/adr/013). Split into one
+// reservation per tag, and released when one side refuses, the nine
+// windows answer in every layout as a per_window instance on one
+// partition does.
+func TestSharedLogAcrossPartitions(t *testing.T) {
+	for _, layout := range []app.LogLayout{app.LogLayoutPerWindow, app.LogLayoutShared, app.LogLayoutBoth} {
+		t.Run(layout.String(), func(t *testing.T) {
+			clock := fakeclock.New(t0)
+			store := &partitionedLocal{Store: newLocal(t), ids: map[string]int{}}
+			split := newLayoutLimiter(t, layoutConfig(layout), store, clock)
+			ref := newLayoutLimiter(t, layoutConfig(app.LogLayoutPerWindow), newLocal(t), clock)
+			req := app.Request{Route: routeNine, ClientIP: rawIP, User: rawUser, Tenant: rawTenant, APIKey: rawAPIKey}
+			refused := 0
+			for i := range 40 {
+				clock.Advance(100 * time.Millisecond)
+				want, err := ref.Evaluate(context.Background(), req)
+				require.NoError(t, err)
+				got, err := split.Evaluate(context.Background(), req)
+				require.NoError(t, err)
+				assert.Equal(t, splitView(want), splitView(got), "step %d", i)
+				if got.State == domain.Throttled {
+					refused++
+				}
+			}
+			assert.Positive(t, refused, "nothing refused: the release path went untested")
+			assert.Len(t, store.ids, 2, "the ip's tag and the tenant's")
 		})
 	}
 }
