@@ -71,7 +71,9 @@ type CountedWindow struct {
 // (RouteKey, Scope), the window's own Scope when it has one. Windows
 // whose tags fall in different partitions of the store are decided
 // through one reservation per partition, released everywhere when one
-// refuses (docs/adr/013): still all or nothing. The Decision lists the windows in request order
+// refuses (docs/adr/013): still all or nothing. Each window has a key of
+// its own whatever Config.LogLayout: the caller names every window, and
+// an Envoy descriptor carries one rate (docs/adr/015). The Decision lists the windows in request order
 // (Decision.Windows), so a caller reads each window's own remaining and
 // reset. A request the store could never admit (a bad window, a cost above
 // its limit, a subject out of bounds) is RejectedInvalidContext with cause

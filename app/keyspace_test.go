@@ -56,10 +56,13 @@ func TestRedisKeyspaceHoldsNoRawIdentifier(t *testing.T) {
 			break
 		}
 	}
-	// 9 pipeline keys, 2 for the anonymous login (ip burst and
-	// sustained), 2 + 1 for the façades (one tenant key shared by both
-	// AllowDual calls, a user key, an api-key key) and 1 for Allow.
-	require.Len(t, keys, 9+2+3+1, "keys: %q", keys)
+	// 6 pipeline keys (log_layout shared, docs/adr/015: one log for the
+	// ip's, the api key's and the tenant's burst and sustained, the
+	// user's burst log and GCRA sustained key, the tenant-global log), 1
+	// for the anonymous login (its ip log), 2 + 1 for the façades (one
+	// tenant key shared by both AllowDual calls, a user key, an api-key
+	// key) and 1 for Allow.
+	require.Len(t, keys, 6+1+3+1, "keys: %q", keys)
 	assertNoRawIdentifier(t, keys)
 	for _, k := range keys {
 		assert.True(t, strings.HasPrefix(k, domain.KeyPrefix+":{"), "key %q is not sluice's", k)

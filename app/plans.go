@@ -77,6 +77,12 @@ func buildPlans(c Config, set *profileSet) (map[string]*plan, error) {
 			if err != nil {
 				return nil, err
 			}
+			// A plan keeps every window's period and algorithm, so its
+			// variant names the profile's keys; its limits are checked
+			// against the shared logs again (docs/adr/015).
+			if err := set.layKeys(v, path+".profiles."+name); err != nil {
+				return nil, err
+			}
 			pl.profiles[name] = v
 		}
 		for _, a := range []struct {

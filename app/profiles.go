@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"encoding"
 	"errors"
 	"fmt"
@@ -39,6 +40,9 @@ type profile struct {
 	// leaseTTL is the smallest period of its concurrency windows, 0
 	// without one: the lease TTL of its reservations.
 	leaseTTL time.Duration
+	// keys is the key layout of each of Dimensions (Config.LogLayout,
+	// docs/adr/015); nil names every window's own key.
+	keys []dimKeys
 }
 
 // profileSet resolves route templates to profiles.
@@ -50,6 +54,10 @@ type profileSet struct {
 	routes map[string]*profile
 	// plans by name, with the raw identities assigned to them.
 	plans map[string]*plan
+	// layout is Config.LogLayout; globalShared says whether the
+	// tenant-global windows share a log under it (globalLogShared).
+	layout       LogLayout
+	globalShared bool
 }
 
 // buildProfiles turns a validated Config into a profileSet, checking the
@@ -61,8 +69,12 @@ func buildProfiles(c Config) (*profileSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	set := &profileSet{byName: map[string]*profile{}, routes: map[string]*profile{}}
+	if err := checkEnum("log_layout", c.LogLayout); err != nil {
+		return nil, err
+	}
+	set := &profileSet{byName: map[string]*profile{}, routes: map[string]*profile{}, layout: cmp.Or(c.LogLayout, LogLayoutShared)}
 	globals := globalWindows{}
+	built := make([]*profile, 0, len(c.Profiles))
 	for _, pc := range c.Profiles {
 		p, err := buildProfile(pc, matrix, globals)
 		if err != nil {
@@ -72,6 +84,13 @@ func buildProfiles(c Config) (*profileSet, error) {
 			return nil, err
 		}
 		set.byName[p.Name] = p
+		built = append(built, p)
+	}
+	set.globalShared = globalLogShared(built)
+	for _, p := range built {
+		if err := set.layKeys(p, "profiles["+p.Name+"]"); err != nil {
+			return nil, err
+		}
 	}
 	if err := checkFacade(c.Facade); err != nil {
 		return nil, err
@@ -219,6 +238,13 @@ func (g globalWindows) check(w domain.Window, profile, path string) error {
 		profile string
 	}{w, profile}
 	return nil
+}
+
+// layKeys computes p's key layout under the set's (docs/adr/015).
+func (s *profileSet) layKeys(p *profile, path string) error {
+	return p.layKeys(s.layout, func(d domain.Dimension) bool {
+		return d != domain.DimensionTenantGlobal || s.globalShared
+	}, path)
 }
 
 // needReserver refuses, at boot, profiles that decide through

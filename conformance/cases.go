@@ -63,10 +63,11 @@ func cases() []testCase {
 		{name: "TwoStoresShareTheirCounts", shared: true, run: twoStoresShareTheirCounts},
 	}
 	// Changes of a key's window, and instants out of order (changes.go);
-	// the optional ports.Reserver (reservations.go) and ports.Repeater
-	// (repeated.go).
+	// the optional ports.Reserver (reservations.go); shared logs
+	// (sharedlogs.go) and the optional ports.Repeater (repeated.go).
 	list = append(list, changeCases()...)
 	list = append(list, reservationCases()...)
+	list = append(list, sharedLogCases()...)
 	return append(list, testCase{name: "RepeatedRequestsAnswerAsSequentialOnes", run: repeatedRequestsAnswerAsSequentialOnes})
 }
 

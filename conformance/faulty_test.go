@@ -82,6 +82,13 @@ const (
 	// repeatedOverAdmits admits, in EvaluateRepeated, one request more
 	// than fits.
 	repeatedOverAdmits
+	// recordsPerWindow records a request's units in a shared log once per
+	// window naming it, as a store that knows nothing of shared logs
+	// (docs/adr/015).
+	recordsPerWindow
+	// trimsByShortest forgets a shared log's units by the shortest period
+	// among its windows (plus that period as grace), not the longest.
+	trimsByShortest
 )
 
 var faultNames = map[fault]string{
@@ -108,6 +115,8 @@ var faultNames = map[fault]string{
 	gcraWithoutInterval:     "GCRAWithoutInterval",
 	trimsWithoutGrace:       "TrimsWithoutGrace",
 	repeatedOverAdmits:      "RepeatedOverAdmits",
+	recordsPerWindow:        "RecordsPerWindow",
+	trimsByShortest:         "TrimsByShortest",
 }
 
 func (f fault) String() string { return faultNames[f] }
@@ -283,7 +292,18 @@ func (s *faultyStore) decide(ctx context.Context, now time.Time, limits []domain
 	switch {
 	case r.Allowed:
 		for i, l := range limits {
-			committed := s.commit(at, l)
+			var committed domain.LimitStatus
+			if _, shared := domain.SharesLog(limits, i); shared && s.fault != recordsPerWindow {
+				// The first limit naming the key recorded the units
+				// (docs/adr/015): this window reads its status.
+				committed = s.check(at, domain.Limit{Key: l.Key, Window: l.Window, Cost: 1})
+				committed.Allowed, committed.RetryAfter = true, 0
+			} else {
+				committed = s.commit(at, l)
+			}
+			if s.fault == trimsByShortest {
+				s.trimShortest(at, limits, i)
+			}
 			if s.fault != staleRemaining {
 				st[i] = committed
 			}
@@ -295,6 +315,19 @@ func (s *faultyStore) decide(ctx context.Context, now time.Time, limits []domain
 		}
 	}
 	return r, nil
+}
+
+// trimShortest forgets the units of limits[i]'s key that left the
+// shortest of its windows' periods, plus that period, before at: the
+// trimsByShortest fault.
+func (s *faultyStore) trimShortest(at int64, limits []domain.Limit, i int) {
+	p := limits[i].Window.Period.Microseconds()
+	for _, l := range limits {
+		if l.Key == limits[i].Key {
+			p = min(p, l.Window.Period.Microseconds())
+		}
+	}
+	s.logs[limits[i].Key] = slices.DeleteFunc(s.logs[limits[i].Key], func(ts int64) bool { return ts <= at-2*p })
 }
 
 func (s *faultyStore) finish(st []domain.LimitStatus) domain.Result {
@@ -547,6 +580,8 @@ func TestSuiteFailsFaultyStores(t *testing.T) {
 		gcraWithoutInterval:     {"GCRALimitChangeKeepsConsumedUnits", "WindowChangeAtOneInstantAdmitsExactlyWhatIsLeft", "LimitChangeMidWindowKeepsOutstandingUnits"},
 		trimsWithoutGrace:       {"OutOfOrderInstantsWithinGraceNeverOverAdmit"},
 		repeatedOverAdmits:      {"RepeatedRequestsAnswerAsSequentialOnes"},
+		recordsPerWindow:        {"SharedLogRecordsEachRequestOnce", "SharedLogKeepsUnitsForTheLongestPeriod", "SharedLogResetForgetsEveryWindow", sharedLogDifferentialName},
+		trimsByShortest:         {"SharedLogKeepsUnitsForTheLongestPeriod", sharedLogDifferentialName},
 	}
 	for f := noFault + 1; int(f) < len(faultNames); f++ {
 		t.Run(f.String(), func(t *testing.T) {

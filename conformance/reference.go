@@ -119,10 +119,51 @@ func (s *referenceStore) evaluate(ctx context.Context, now time.Time, limits []d
 	// Every limit admitted its cost, and the lock is still held: commit
 	// them all.
 	var st [domain.MaxLimits]domain.LimitStatus
-	for i, l := range limits {
-		st[i] = s.rateKey(l.Key).Committed(at, l.Window, l.Cost, grace, r.Status(i))
+	for i := range limits {
+		st[i] = s.commitRate(at, limits, i, limits[i].Cost, r.Status(i))
 	}
 	return domain.NewResult(st[:len(limits)]), nil
+}
+
+// commitRate records cost units for the rate limit limits[i] at at, and
+// returns its status after consumption, checked being its status before.
+// A key several sliding-log windows share is one log (docs/adr/015): the
+// first limit naming it records the units once, under the log's window
+// (logWindow), and every window of it reads its status from the log. The
+// limits are committed in request order. Called with s.mu held.
+func (s *referenceStore) commitRate(at int64, limits []domain.Limit, i int, cost int64, checked domain.LimitStatus) domain.LimitStatus {
+	l := &limits[i]
+	k := s.rateKey(l.Key)
+	if _, shared := domain.SharesLog(limits, i); shared {
+		return k.SharedCommitted(at, l.Window, checked)
+	}
+	w, group := logWindow(limits, i)
+	st := k.Committed(at, w, cost, grace, checked)
+	if group {
+		st = k.SharedCommitted(at, l.Window, checked)
+	}
+	return st
+}
+
+// logWindow returns the window a store writes the key of limits[i] under,
+// limits[i] being the first limit naming it, and whether later limits of
+// the request share the key. A key of its own is written under its
+// window; a shared log (docs/adr/015) under a sliding-log window of the
+// longest period among the windows naming it, so that it keeps every unit
+// each of them counts (rule S5 of docs/adr/009 with that period), and of
+// their largest limit, so that a charge records as many units as the
+// largest window counts.
+func logWindow(limits []domain.Limit, i int) (domain.Window, bool) {
+	w, group := limits[i].Window, false
+	for j := i + 1; j < len(limits); j++ {
+		if limits[j].Key != limits[i].Key {
+			continue
+		}
+		group = true
+		w.Period = max(w.Period, limits[j].Window.Period)
+		w.Limit = max(w.Limit, limits[j].Window.Limit)
+	}
+	return w, group
 }
 
 // rateKey returns key's counting state, created when it is new.
@@ -167,8 +208,8 @@ func (s *referenceStore) EvaluateRepeated(ctx context.Context, now time.Time, li
 	}
 	rep := domain.Repeated{N: n, Admitted: int(k)}
 	if k > 0 {
-		for i, l := range limits {
-			st[i] = keys[i].Committed(at, l.Window, k*l.Cost, grace, domain.LimitStatus{Allowed: true})
+		for i := range limits {
+			st[i] = s.commitRate(at, limits, i, k*limits[i].Cost, domain.LimitStatus{Allowed: true})
 		}
 		rep.Last = domain.NewResult(st[:len(limits)])
 		if k == int64(n) {

@@ -80,7 +80,7 @@ func (s *referenceStore) Reserve(ctx context.Context, now time.Time, limits []do
 	var st [domain.MaxLimits]domain.LimitStatus
 	for i, l := range limits {
 		if l.Window.Algorithm != domain.Concurrency {
-			st[i] = s.rateKey(l.Key).Committed(at, l.Window, l.Cost, grace, r.Status(i))
+			st[i] = s.commitRate(at, limits, i, l.Cost, r.Status(i))
 			continue
 		}
 		if s.slots[l.Key] == nil {
@@ -123,15 +123,21 @@ func (s *referenceStore) Settle(ctx context.Context, now time.Time, lease domain
 		delete(s.slots[k], lease.ID)
 	}
 	reserved := lease.At.UnixMicro()
-	for _, l := range limits {
+	for i, l := range limits {
+		if _, shared := domain.SharesLog(limits, i); shared {
+			// A shared log is refunded or charged once, by the first
+			// limit naming it, under the log's window (docs/adr/015).
+			continue
+		}
+		w, _ := logWindow(limits, i)
 		switch d := l.Cost - actual; {
 		case l.Window.Algorithm == domain.Concurrency:
 		case d > 0:
 			if k := s.keys[l.Key]; k != nil {
-				k.Refund(at, reserved, l.Window, d)
+				k.Refund(at, reserved, w, d)
 			}
 		case d < 0:
-			s.rateKey(l.Key).Charge(at, l.Window, -d, grace)
+			s.rateKey(l.Key).Charge(at, w, -d, grace)
 		}
 	}
 	return domain.Settled, nil

@@ -35,6 +35,9 @@ const (
 	reserveConsumesOnRefusal
 	// concurrencyUnbounded never refuses a concurrency window.
 	concurrencyUnbounded
+	// settlesPerWindow refunds or charges a shared log once per window
+	// naming it (docs/adr/015), not once.
+	settlesPerWindow
 )
 
 var reserveFaultNames = map[reserveFault]string{
@@ -45,6 +48,7 @@ var reserveFaultNames = map[reserveFault]string{
 	renewIgnored:             "RenewIgnored",
 	reserveConsumesOnRefusal: "ReserveConsumesOnRefusal",
 	concurrencyUnbounded:     "ConcurrencyUnbounded",
+	settlesPerWindow:         "SettlesPerWindow",
 }
 
 func (f reserveFault) String() string { return reserveFaultNames[f] }
@@ -96,6 +100,25 @@ func (s *faultyReserver) Settle(ctx context.Context, now time.Time, lease domain
 		}
 	}
 	got, err := s.rs.Settle(ctx, now, lease, limits, actual)
+	if err == nil && got == domain.Settled && s.fault == settlesPerWindow {
+		// Settle once more each later window of a shared log, on the
+		// reference store's own state.
+		ref := s.Store.(*referenceStore)
+		ref.mu.Lock()
+		at, reserved := now.UnixMicro(), lease.At.UnixMicro()
+		for i, l := range limits {
+			if _, shared := domain.SharesLog(limits, i); !shared {
+				continue
+			}
+			switch d := l.Cost - actual; {
+			case d > 0:
+				ref.keys[l.Key].Refund(at, reserved, l.Window, d)
+			case d < 0:
+				ref.rateKey(l.Key).Charge(at, l.Window, -d, grace)
+			}
+		}
+		ref.mu.Unlock()
+	}
 	switch {
 	case s.fault == settleNotIdempotent && got == domain.AlreadySettled,
 		s.fault == settleAfterExpiry && got == domain.Expired:
@@ -126,6 +149,7 @@ func TestSuiteFailsFaultyReservers(t *testing.T) {
 		renewIgnored:             {"RenewKeepsTheSlotPastItsExpiry"},
 		reserveConsumesOnRefusal: {"ReservationIsAllOrNothingAcrossRateAndConcurrencyWindows"},
 		concurrencyUnbounded:     {"ConcurrencyWindowHoldsAtMostLimit", "CrashedHoldersSlotsComeBackWithinTheTTL"},
+		settlesPerWindow:         {sharedLogSettlesOnceName, sharedLogDifferentialName},
 	}
 	for f := range reserveFaultNames {
 		t.Run(f.String(), func(t *testing.T) {
@@ -154,9 +178,10 @@ func TestSuiteFailsFaultyReservers(t *testing.T) {
 	}
 }
 
-// reservationCaseNames lists the names of the reservation cases.
+// reservationCaseNames lists the names of the reservation cases, and of
+// the shared-log cases that reserve and settle.
 func reservationCaseNames() []string {
-	var names []string
+	names := []string{sharedLogSettlesOnceName, sharedLogDifferentialName}
 	for _, c := range reservationCases() {
 		names = append(names, c.name)
 	}

@@ -1,5 +1,7 @@
 package domain
 
+import "time"
+
 // KeyState is the counting state of one key, whichever algorithm wrote it:
 // a sliding log or a GCRA state, read by a window of either algorithm
 // under the rules every sluice store follows (docs/adr/009):
@@ -87,7 +89,19 @@ func (k *KeyState) Check(now int64, w Window, cost, grace int64) LimitStatus {
 		return stampedCheck(k.gcra.Outstanding(now), w, cost)
 	}
 	k.trimLog(grace)
-	return k.log.check(now, w.PeriodMicros(), w.Limit, cost)
+	p := w.PeriodMicros()
+	return k.log.check(k.cursor(p), now, p, w.Limit, cost)
+}
+
+// cursor returns the log's cursor that counts for a window of period p:
+// the short one for a window shorter than the log's longest (a shared
+// log, docs/adr/015), so that each window's count moves in amortised
+// O(1).
+func (k *KeyState) cursor(p int64) int {
+	if p < k.span {
+		return shortCursor
+	}
+	return longCursor
 }
 
 // stampedCheck is a sliding log's check at now of cost units on a key
@@ -116,7 +130,7 @@ func (k *KeyState) Fit(now int64, w Window, cost, grace int64) int64 {
 		return max((w.Limit-k.gcra.Outstanding(now))/cost, 0)
 	}
 	k.trimLog(grace)
-	return k.log.fit(now, w, cost)
+	return k.log.fit(k.cursor(w.PeriodMicros()), now, w, cost)
 }
 
 // Committed consumes cost units at now under w and returns the status
@@ -138,6 +152,16 @@ func (k *KeyState) Committed(now int64, w Window, cost, grace int64, checked Lim
 		}
 		return k.gcra.committed(now, t, w.Limit, cost, checked)
 	}
+	p := w.PeriodMicros()
+	k.logFor(now, p, grace)
+	return k.log.committed(k.cursor(p), now, p, w.Limit, cost, checked)
+}
+
+// logFor readies the key to record in its sliding log at now for a
+// window of period p (µs): a GCRA state converted first (S3, S6), the
+// log kept for p at least, what no window counts any more forgotten
+// (S5).
+func (k *KeyState) logFor(now, p, grace int64) {
 	if k.algo == GCRA {
 		u := k.gcra.Outstanding(now)
 		k.gcra, k.algo = GCRAState{}, SlidingLog
@@ -146,10 +170,35 @@ func (k *KeyState) Committed(now int64, w Window, cost, grace int64, checked Lim
 			k.log.commit(now, u)
 		}
 	}
-	p := w.PeriodMicros()
 	k.span = max(k.span, p)
 	k.trimLog(grace)
-	return k.log.committed(now, p, w.Limit, cost, checked)
+}
+
+// CommittedShared records cost units at now, once, in a sliding log that
+// several windows of the request share (docs/adr/015), and returns the
+// status after consumption of w, one of them, checked being what Check
+// returned for it. The log is kept for period, the longest among those
+// windows, so that it holds every unit each of them counts (S5). Call it
+// only after every Check of the request allowed; the other windows of
+// the log then read theirs with SharedCommitted.
+func (k *KeyState) CommittedShared(now int64, period time.Duration, w Window, cost, grace int64, checked LimitStatus) LimitStatus {
+	k.observe(now)
+	k.logFor(now, int64(period/time.Microsecond), grace)
+	k.log.commit(now, cost)
+	return k.SharedCommitted(now, w, checked)
+}
+
+// SharedCommitted returns the status after consumption of the
+// sliding-log window w on a key whose log it shares with other windows of
+// the request (docs/adr/015), checked being what Check returned for w:
+// the request's units were recorded once, by Committed under the log's
+// window (the longest period among the windows, so that the log keeps
+// what each of them counts), and w reads its Remaining and ResetAfter
+// from that log, as it would from a log of its own holding the same
+// units. Call it only after that Committed.
+func (k *KeyState) SharedCommitted(now int64, w Window, checked LimitStatus) LimitStatus {
+	p := w.PeriodMicros()
+	return k.log.after(k.cursor(p), now, p, w.Limit, checked)
 }
 
 // Idle reports whether dropping the key changes no answer for any caller

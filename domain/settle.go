@@ -81,18 +81,14 @@ func (s *LogState) remove(at, d int64) {
 	j := s.head + int32(i)
 	n := min(d, s.entries[j].n)
 	s.total -= n
-	if j < s.mid {
-		s.early -= n
-	}
 	if s.entries[j].n -= n; s.entries[j].n > 0 {
+		s.removed(j, n, false)
 		return
 	}
 	copy(s.entries[j:], s.entries[j+1:])
 	s.entries = s.entries[:len(s.entries)-1]
-	if j < s.mid {
-		s.mid--
-	}
+	s.removed(j, n, true)
 	if s.head == s.size() {
-		s.entries, s.head, s.mid, s.early = s.entries[:0], 0, 0, 0
+		s.Reset()
 	}
 }

@@ -20,15 +20,25 @@ type LogState struct {
 	entries []logEntry
 	// head and mid are int32, as no log holds 2³¹ entries: a smaller
 	// state is a smaller entry in a store.
-	head, mid int32
-	total     int64 // sum of entries[head:].n
-	// entries[head:mid] are recorded but at or before the cutoff of the
-	// last count (now−Period): kept for a lagging caller, not counted at
-	// that instant (mid is declared with head). early is their sum. The
-	// cursor moves with the instants asked, in amortised O(1) while they
-	// advance.
-	early int64
+	head  int32
+	mid   [2]int32
+	total int64 // sum of entries[head:].n
+	// entries[head:mid[c]] are recorded but at or before the cutoff of
+	// the last count with cursor c (now−Period): kept for a lagging
+	// caller, not counted at that instant (mid is declared with head).
+	// early[c] is their sum. A cursor moves with the instants asked, in
+	// amortised O(1) while they advance. Cursor 0 serves the log's
+	// longest window; cursor 1 a shorter window sharing the log
+	// (docs/adr/015), which would otherwise move cursor 0 back and forth
+	// across every unit between the two cutoffs at each decision.
+	early [2]int64
 }
+
+// Cursors of a log (LogState.mid).
+const (
+	longCursor  = 0
+	shortCursor = 1
+)
 
 // compactAt is how many forgotten entries may sit before the live ones
 // before the log is compacted (and only once they are half the slice).
@@ -47,41 +57,76 @@ func (s *LogState) forget(cut int64) {
 	for s.head < s.size() && s.entries[s.head].at <= cut {
 		n := s.entries[s.head].n
 		s.total -= n
-		if s.head < s.mid {
-			s.early -= n
+		for c := range s.mid {
+			if s.head < s.mid[c] {
+				s.early[c] -= n
+			}
 		}
 		s.head++
 	}
-	if s.mid < s.head {
-		s.mid, s.early = s.head, 0
+	for c := range s.mid {
+		if s.mid[c] < s.head {
+			s.mid[c], s.early[c] = s.head, 0
+		}
 	}
 	switch {
 	case s.head == s.size():
-		s.entries, s.head, s.mid, s.early = s.entries[:0], 0, 0, 0
+		s.Reset()
 	case s.head >= compactAt && 2*s.head >= s.size():
 		n := copy(s.entries, s.entries[s.head:])
-		s.mid -= s.head
+		s.mid[0] -= s.head
+		s.mid[1] -= s.head
 		s.entries, s.head = s.entries[:n], 0
 	}
 }
 
-// seek places the cursor so that entries[head:mid] are exactly those at or
-// before cut, and returns the units after cut.
-func (s *LogState) seek(cut int64) int64 {
-	for s.mid > s.head && s.entries[s.mid-1].at > cut {
-		s.mid--
-		s.early -= s.entries[s.mid].n
+// added records, for the cursors, that n units were added to the entry
+// at index i (inserted there when inserted), the entries after it moving
+// up by one.
+func (s *LogState) added(i int32, n int64, inserted bool) {
+	for c := range s.mid {
+		if i < s.mid[c] {
+			s.early[c] += n
+			if inserted {
+				s.mid[c]++
+			}
+		}
 	}
-	for s.mid < s.size() && s.entries[s.mid].at <= cut {
-		s.early += s.entries[s.mid].n
-		s.mid++
+}
+
+// removed records, for the cursors, that n units were taken from the
+// entry at index i (removed from the log when removed), the entries after
+// it moving down by one.
+func (s *LogState) removed(i int32, n int64, removed bool) {
+	for c := range s.mid {
+		if i < s.mid[c] {
+			s.early[c] -= n
+			if removed {
+				s.mid[c]--
+			}
+		}
 	}
-	return s.total - s.early
+}
+
+// seek places cursor c so that entries[head:mid[c]] are exactly those at
+// or before cut, and returns the units after cut.
+func (s *LogState) seek(c int, cut int64) int64 {
+	mid, early := s.mid[c], s.early[c]
+	for mid > s.head && s.entries[mid-1].at > cut {
+		mid--
+		early -= s.entries[mid].n
+	}
+	for mid < s.size() && s.entries[mid].at <= cut {
+		early += s.entries[mid].n
+		mid++
+	}
+	s.mid[c], s.early[c] = mid, early
+	return s.total - early
 }
 
 // Count returns the units a window of period p counts at now: those
 // recorded after now−p, later instants included. It forgets nothing.
-func (s *LogState) Count(now, p int64) int64 { return s.seek(now - p) }
+func (s *LogState) Count(now, p int64) int64 { return s.seek(longCursor, now-p) }
 
 // Check reports whether cost units would be admitted at now, without
 // consuming anything. Entries that left the window at now are forgotten
@@ -89,21 +134,21 @@ func (s *LogState) Count(now, p int64) int64 { return s.seek(now - p) }
 func (s *LogState) Check(now int64, w Window, cost int64) LimitStatus {
 	p := w.PeriodMicros()
 	s.forget(now - p)
-	return s.check(now, p, w.Limit, cost)
+	return s.check(longCursor, now, p, w.Limit, cost)
 }
 
-// check is Check, for a window of period p (µs) and limit, without
-// forgetting anything: it counts the units after now−p, whatever older
-// ones the log still keeps.
-func (s *LogState) check(now, p, limit, cost int64) LimitStatus {
-	counted := s.seek(now - p)
+// check is Check, for a window of period p (µs) and limit, with cursor
+// c, without forgetting anything: it counts the units after now−p,
+// whatever older ones the log still keeps.
+func (s *LogState) check(c int, now, p, limit, cost int64) LimitStatus {
+	counted := s.seek(c, now-p)
 	st := LimitStatus{Remaining: max(limit-counted, 0)}
 	if counted+cost <= limit {
 		st.Allowed = true
 	} else {
 		// The request passes once enough of the oldest counted units leave.
 		need := counted + cost - limit
-		for _, e := range s.entries[s.mid:] {
+		for _, e := range s.entries[s.mid[c]:] {
 			need -= e.n
 			if need <= 0 {
 				st.RetryAfter = Micros(e.at + p - now)
@@ -111,16 +156,16 @@ func (s *LogState) check(now, p, limit, cost int64) LimitStatus {
 			}
 		}
 	}
-	if s.size() > s.mid {
+	if s.size() > s.mid[c] {
 		st.ResetAfter = Micros(s.entries[len(s.entries)-1].at + p - now)
 	}
 	return st
 }
 
 // fit returns how many requests of cost units, one after another at now,
-// the log admits under w.
-func (s *LogState) fit(now int64, w Window, cost int64) int64 {
-	return max((w.Limit-s.seek(now-w.PeriodMicros()))/cost, 0)
+// the log admits under w, counted with cursor c.
+func (s *LogState) fit(c int, now int64, w Window, cost int64) int64 {
+	return max((w.Limit-s.seek(c, now-w.PeriodMicros()))/cost, 0)
 }
 
 // commit records cost units at now. Call it only after Check allowed them
@@ -141,18 +186,13 @@ func (s *LogState) commit(now int64, cost int64) {
 		}
 		if i > s.head && s.entries[i-1].at == now {
 			s.entries[i-1].n += cost
-			if i-1 < s.mid {
-				s.early += cost
-			}
+			s.added(i-1, cost, false)
 			return
 		}
 		s.entries = append(s.entries, logEntry{})
 		copy(s.entries[i+1:], s.entries[i:])
 		s.entries[i] = logEntry{at: now, n: cost}
-		if i < s.mid {
-			s.mid++
-			s.early += cost
-		}
+		s.added(i, cost, true)
 	}
 }
 
@@ -160,13 +200,21 @@ func (s *LogState) commit(now int64, cost int64) {
 // consumption. Call it only after Check allowed them (for a request, after
 // every Check of the request allowed).
 func (s *LogState) Committed(now int64, w Window, cost int64, checked LimitStatus) LimitStatus {
-	return s.committed(now, w.PeriodMicros(), w.Limit, cost, checked)
+	return s.committed(longCursor, now, w.PeriodMicros(), w.Limit, cost, checked)
 }
 
-// committed is Committed for a window of period p (µs) and limit.
-func (s *LogState) committed(now, p, limit, cost int64, checked LimitStatus) LimitStatus {
+// committed is Committed for a window of period p (µs) and limit,
+// counted with cursor c.
+func (s *LogState) committed(c int, now, p, limit, cost int64, checked LimitStatus) LimitStatus {
 	s.commit(now, cost)
-	checked.Remaining = max(limit-s.seek(now-p), 0)
+	return s.after(c, now, p, limit, checked)
+}
+
+// after is the status of a window of period p (µs) and limit at now once
+// the request checked was recorded in the log: its Remaining and
+// ResetAfter read from the log as it now is, with cursor c.
+func (s *LogState) after(c int, now, p, limit int64, checked LimitStatus) LimitStatus {
+	checked.Remaining = max(limit-s.seek(c, now-p), 0)
 	checked.ResetAfter = Micros(s.entries[len(s.entries)-1].at + p - now)
 	return checked
 }
@@ -193,5 +241,5 @@ func (s *LogState) idleAfter(cut int64) bool {
 
 // Reset empties the log, keeping its backing array.
 func (s *LogState) Reset() {
-	s.entries, s.head, s.total, s.mid, s.early = s.entries[:0], 0, 0, 0, 0
+	s.entries, s.head, s.total, s.mid, s.early = s.entries[:0], 0, 0, [2]int32{}, [2]int64{}
 }

@@ -187,3 +187,71 @@ func BenchmarkBaseline(b *testing.B) {
 		})
 	}
 }
+
+// The nine windows of sluice's largest sliding-log decision: four
+// principals (ip, user, api key, tenant) with a burst and a sustained
+// window each, and the tenant-global window. Now advances by 100 µs per
+// decision: the burst logs hold about 10 units, the sustained ones and the
+// global one about 100 (plus what S5's grace keeps).
+var (
+	nineBurst     = domain.Window{Name: "burst", Limit: 20, Period: time.Millisecond, Algorithm: domain.SlidingLog}
+	nineSustained = domain.Window{Name: "sustained", Limit: 200, Period: 10 * time.Millisecond, Algorithm: domain.SlidingLog}
+	nineGlobal    = domain.Window{Name: "global", Limit: 400, Period: 10 * time.Millisecond, Algorithm: domain.SlidingLog}
+	nineDims      = [...]string{"ip", "user", "key", "tenant"}
+)
+
+// nineWindows returns the nine limits of principal set p: with shared
+// logs (docs/adr/015), each principal's two windows name one key (after
+// its sustained window, the longest), 5 keys; otherwise a key per window,
+// 9 keys.
+func nineWindows(p int, shared bool) []domain.Limit {
+	limits := make([]domain.Limit, 0, 9)
+	for _, d := range nineDims {
+		burst := fmt.Sprintf("rl:{t%05d}:%s:%05d:burst", p, d, p)
+		sustained := fmt.Sprintf("rl:{t%05d}:%s:%05d:sustained", p, d, p)
+		if shared {
+			burst = sustained
+		}
+		limits = append(limits, lim(burst, nineBurst, 1), lim(sustained, nineSustained, 1))
+	}
+	return append(limits, lim(fmt.Sprintf("rl:{t%05d}:__global__", p), nineGlobal, 1))
+}
+
+// BenchmarkEvaluate9WindowsLayout measures the nine-window sliding-log
+// decision, one goroutine, on a store holding the windows of 1 000
+// principal sets, in both layouts: a key per window (9 keys) and shared
+// logs (5 keys, docs/adr/015). The shared layout looks up, locks and
+// writes each key once.
+func BenchmarkEvaluate9WindowsLayout(b *testing.B) {
+	const population = 1000
+	for _, layout := range []struct {
+		name   string
+		shared bool
+	}{{"per_window", false}, {"shared", true}} {
+		b.Run(layout.name, func(b *testing.B) {
+			st := newStore(b, Config{})
+			ctx := b.Context()
+			for p := range population {
+				if _, err := st.Evaluate(ctx, t0, nineWindows(p, layout.shared)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			limits := nineWindows(population/2, layout.shared)
+			now := t0
+			for range 1000 {
+				now = now.Add(100 * time.Microsecond)
+				_, _ = st.Evaluate(ctx, now, limits)
+			}
+			st.Wait()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				now = now.Add(100 * time.Microsecond)
+				r, err := st.Evaluate(ctx, now, limits)
+				if err != nil || !r.Allowed {
+					b.Fatalf("Evaluate = %+v, %v", r.Allowed, err)
+				}
+			}
+		})
+	}
+}

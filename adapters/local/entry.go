@@ -126,20 +126,26 @@ func check(e *entry, l *domain.Limit, now, grace int64) domain.LimitStatus {
 	return e.st.Check(now, l.Window, l.Cost, grace)
 }
 
-// commitLocked consumes l's cost at now, after check allowed it, and
-// returns the status after consumption: the key is rewritten in the
-// window's algorithm (the domain converts the other one's state). It
+// commitLocked consumes cost units at now under w, after check allowed
+// them, and returns the status after consumption: the key is rewritten in
+// the window's algorithm (the domain converts the other one's state). It
 // reports whether a sliding log outgrew its size estimate. Called with mu
 // held.
-func (e *entry) commitLocked(l *domain.Limit, now, grace int64, checked domain.LimitStatus) (domain.LimitStatus, bool) {
-	st := e.st.Committed(now, l.Window, l.Cost, grace, checked)
+func (e *entry) commitLocked(w *domain.Window, cost, now, grace int64, checked domain.LimitStatus) (domain.LimitStatus, bool) {
+	st := e.st.Committed(now, *w, cost, grace, checked)
+	return st, e.grownLocked()
+}
+
+// grownLocked reports whether the sliding log outgrew its size estimate,
+// and if so covers it anew. Called with mu held, after a write.
+func (e *entry) grownLocked() bool {
 	if c := int32(e.st.LogCap()); c > e.logCover {
 		// Cover twice the capacity: the estimate stays ahead of the log
 		// until it doubles, which bounds the updates to log2(limit).
 		e.logCover = max(2*c, baseLogEntries)
-		return st, true
+		return true
 	}
-	return st, false
+	return false
 }
 
 // resetLocked forgets every unit counted and every slot held; the

@@ -33,7 +33,12 @@ func (s *Store) EvaluateRepeated(ctx context.Context, now time.Time, limits []do
 	var b batch
 	for i := range limits {
 		b.hash[i] = s.hash(limits[i].Key)
-		b.ents[i] = s.load(b.hash[i], limits[i].Key)
+	}
+	b.link(limits)
+	for i := range limits {
+		if b.of[i] == 0 {
+			b.ents[i] = s.load(b.hash[i], limits[i].Key)
+		}
 	}
 	if err := s.lockAll(&b, limits, t, true); err != nil {
 		return domain.Repeated{}, err
@@ -53,8 +58,8 @@ func validateRepeat(n int) error {
 
 // repeatLocked decides the n requests on the batch's locked entries: the
 // first k, k the fewest any limit fits, consume k times their cost at once
-// (the same units sequential calls at one instant record), the rest are
-// refused by the state that leaves.
+// (the same units sequential calls at one instant record, once per key
+// for a shared log), the rest are refused by the state that leaves.
 func (s *Store) repeatLocked(b *batch, limits []domain.Limit, t int64, n int) domain.Repeated {
 	var st [domain.MaxLimits]domain.LimitStatus
 	k := int64(n)
@@ -66,13 +71,8 @@ func (s *Store) repeatLocked(b *batch, limits []domain.Limit, t int64, n int) do
 	rep := domain.Repeated{N: n, Admitted: int(k)}
 	if k > 0 {
 		for i := range limits {
-			l := limits[i]
-			l.Cost *= k
-			var grew bool
 			st[i].Allowed, st[i].RetryAfter = true, 0
-			if st[i], grew = b.ents[i].commitLocked(&l, t, s.grace, st[i]); grew {
-				b.after[i] |= afterRecost
-			}
+			st[i] = s.commitRate(b, limits, i, k*limits[i].Cost, t, st[i])
 		}
 		rep.Last = domain.NewResult(st[:len(limits)])
 		if k == int64(n) {

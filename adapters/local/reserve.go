@@ -173,10 +173,7 @@ func (s *Store) hold(b *batch, limits []domain.Limit, t int64, lease domain.Leas
 	for i := range limits {
 		e, l := b.ents[i], &limits[i]
 		if l.Window.Algorithm != domain.Concurrency {
-			var grew bool
-			if st[i], grew = e.commitLocked(l, t, s.grace, st[i]); grew {
-				b.after[i] |= afterRecost
-			}
+			st[i] = s.commitRate(b, limits, i, l.Cost, t, st[i])
 			continue
 		}
 		h := heldOf(e)
@@ -245,18 +242,24 @@ func (s *Store) settleLocked(b *batch, limits []domain.Limit, t int64, lease dom
 	h.leases[lease.ID] = rec
 	reserved := lease.At.UnixMicro()
 	for i := range limits {
+		if b.of[i] != 0 {
+			// A shared log is refunded or charged once, through the
+			// first limit naming its key, under the log's window
+			// (docs/adr/015).
+			continue
+		}
 		e, l := b.ents[i], &limits[i]
+		w, _ := b.logWindow(limits, i)
 		switch d := l.Cost - actual; {
 		case l.Window.Algorithm == domain.Concurrency:
 			if e.held != nil {
 				delete(e.held.slots, lease.ID)
 			}
 		case d > 0:
-			e.st.Refund(t, reserved, l.Window, d)
+			e.st.Refund(t, reserved, w, d)
 		case d < 0:
-			e.st.Charge(t, l.Window, -d, s.grace)
-			if c := int32(e.st.LogCap()); c > e.logCover {
-				e.logCover = max(2*c, baseLogEntries)
+			e.st.Charge(t, w, -d, s.grace)
+			if e.grownLocked() {
 				b.after[i] |= afterRecost
 			}
 		}
@@ -332,6 +335,7 @@ func (s *Store) enterHeld(ctx context.Context, now time.Time, limits []domain.Li
 	for i := range limits {
 		b.hash[i] = s.hash(limits[i].Key)
 	}
+	b.link(limits)
 	t := now.UnixMicro()
 	s.observe(t)
 	return b, t, nil

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/dgraph-io/ristretto/v2"
 
@@ -156,6 +157,20 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 
 func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 
+// hashIn returns the hash of limits[i].Key, hash[:i] holding those of the
+// earlier limits: a key that is the very string of an earlier limit's
+// (the windows of a shared log, docs/adr/015, as a caller builds them)
+// takes its hash without hashing it again.
+func (s *Store) hashIn(limits []domain.Limit, i int, hash *[domain.MaxLimits]uint64) uint64 {
+	k := limits[i].Key
+	for j := range i {
+		if o := limits[j].Key; len(o) == len(k) && unsafe.StringData(o) == unsafe.StringData(k) {
+			return hash[j]
+		}
+	}
+	return s.hash(k)
+}
+
 // Evaluate checks limits at now and, only if every one admits its cost,
 // consumes the cost on every key (see ports.Store).
 func (s *Store) Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {
@@ -224,9 +239,9 @@ func (s *Store) decide(ctx context.Context, now time.Time, limits []domain.Limit
 	}
 	var b batch
 	for i := range limits {
-		b.hash[i] = s.hash(limits[i].Key)
+		b.hash[i] = s.hashIn(limits, i, &b.hash)
 	}
-	if err := validateMany(limits, &b.hash, commit); err != nil {
+	if err := validateMany(limits, &b, commit); err != nil {
 		return err
 	}
 	if s.closed.Load() {
@@ -273,21 +288,36 @@ func limitOK(l *domain.Limit) bool {
 // validateMany checks a request of several limits as validate does,
 // without its comparison of every pair of keys (a string comparison per
 // pair, the dearest part of a nine-key decision after the algorithms):
-// each limit is checked alone, and duplicate keys are found by their
-// hashes. A refusal comes from validate on the whole request, so that it
-// is the same *domain.LimitError.
-func validateMany(limits []domain.Limit, hash *[domain.MaxLimits]uint64, commit bool) error {
+// each limit is checked alone, and keys named twice are found by their
+// hashes, checked by canShare and linked in b (a shared log,
+// docs/adr/015). A refusal comes from validate on the whole request, so
+// that it is the same *domain.LimitError.
+func validateMany(limits []domain.Limit, b *batch, commit bool) error {
 	for i := range limits {
 		if !limitOK(&limits[i]) && validate(limits[i:i+1], commit) != nil {
 			return validate(limits, commit)
 		}
 		for j := range i {
-			if hash[j] == hash[i] && limits[j].Key == limits[i].Key {
+			if b.hash[j] != b.hash[i] || limits[j].Key != limits[i].Key {
+				continue
+			}
+			if !canShare(&limits[j], &limits[i]) {
 				return validate(limits, commit)
+			}
+			if b.of[i] == 0 {
+				b.join(limits, i, j)
 			}
 		}
 	}
 	return nil
+}
+
+// canShare reports whether two limits of a request may name one key,
+// as domain.ValidateHeld says: sliding-log windows of the same cost, not
+// the same window twice.
+func canShare(a, b *domain.Limit) bool {
+	return a.Window.Algorithm == domain.SlidingLog && b.Window.Algorithm == domain.SlidingLog &&
+		a.Cost == b.Cost && (a.Window.Period != b.Window.Period || a.Window.Limit != b.Window.Limit)
 }
 
 // decideOne is decide for a single limit, the most common request: one
@@ -320,7 +350,7 @@ func (s *Store) decideOne(l *domain.Limit, t int64, commit bool) (domain.LimitSt
 	st := check(e, l, t, s.grace)
 	if commit && st.Allowed {
 		var grew bool
-		if st, grew = e.commitLocked(l, t, s.grace, st); grew {
+		if st, grew = e.commitLocked(&l.Window, l.Cost, t, s.grace, st); grew {
 			after |= afterRecost
 		}
 	}
@@ -337,6 +367,89 @@ type batch struct {
 	ents  [domain.MaxLimits]*entry
 	order [domain.MaxLimits]uint8 // lock order: indexes sorted by entry id
 	after [domain.MaxLimits]uint8 // follow-up work once unlocked
+	// of[i] is j+1 when limit i names the key of an earlier limit j, the
+	// first to name it (domain.SharesLog), 0 otherwise: a shared log
+	// (docs/adr/015), looked up, locked and written through limit j
+	// alone. shared says whether any limit shares a key.
+	of [domain.MaxLimits]uint8
+	// group[j] is g+1 when later limits share limit j's key, logs[g]
+	// then being the longest period and the largest limit among the
+	// windows naming it (logWindow); 0 otherwise.
+	group [domain.MaxLimits]uint8
+	logs  [domain.MaxLimits / 2]struct {
+		period time.Duration
+		limit  int64
+	}
+	groups uint8
+	shared bool
+}
+
+// join records that limit i shares the key of limit j, the first to name
+// it (docs/adr/015).
+func (b *batch) join(limits []domain.Limit, i, j int) {
+	g := b.group[j]
+	if g == 0 {
+		b.groups++
+		g, b.group[j] = b.groups, b.groups
+		b.logs[g-1].period, b.logs[g-1].limit = limits[j].Window.Period, limits[j].Window.Limit
+	}
+	l := &b.logs[g-1]
+	l.period, l.limit = max(l.period, limits[i].Window.Period), max(l.limit, limits[i].Window.Limit)
+	b.of[i], b.shared = uint8(j+1), true
+}
+
+// link fills b.of and b.shared from b.hash, for a request already
+// validated: the calls that validate with the domain's functions.
+func (b *batch) link(limits []domain.Limit) {
+	for i := range limits {
+		for j := range i {
+			if b.hash[j] == b.hash[i] && limits[j].Key == limits[i].Key {
+				b.join(limits, i, j)
+				break
+			}
+		}
+	}
+}
+
+// logWindow returns the window the key of limits[i] is written under,
+// limits[i] being the first limit naming it, and whether later limits
+// share it: its own window, or for a shared log (docs/adr/015) a
+// sliding-log window of the longest period among those naming the key,
+// so that the log keeps every unit each of them counts (rule S5 of
+// docs/adr/009 with that period), and of their largest limit, so that a
+// charge records as many units as the largest window counts.
+func (b *batch) logWindow(limits []domain.Limit, i int) (domain.Window, bool) {
+	w := limits[i].Window
+	g := b.group[i]
+	if g == 0 {
+		return w, false
+	}
+	w.Period, w.Limit = b.logs[g-1].period, b.logs[g-1].limit
+	return w, true
+}
+
+// commitRate records cost units of the rate limit limits[i] at t on its
+// locked entry, and returns its status after consumption, checked being
+// its status before. A shared log records them once, through the first
+// limit naming its key, and each of its windows reads its status from
+// it (docs/adr/015): call it in request order.
+func (s *Store) commitRate(b *batch, limits []domain.Limit, i int, cost, t int64, checked domain.LimitStatus) domain.LimitStatus {
+	e, l := b.ents[i], &limits[i]
+	if b.of[i] != 0 {
+		return e.st.SharedCommitted(t, l.Window, checked)
+	}
+	if b.group[i] == 0 {
+		st, grew := e.commitLocked(&l.Window, cost, t, s.grace, checked)
+		if grew {
+			b.after[i] |= afterRecost
+		}
+		return st
+	}
+	st := e.st.CommittedShared(t, b.logs[b.group[i]-1].period, l.Window, cost, s.grace, checked)
+	if e.grownLocked() {
+		b.after[i] |= afterRecost
+	}
+	return st
 }
 
 // decideMany is decide for several limits, all or nothing; b holds their
@@ -344,7 +457,9 @@ type batch struct {
 func (s *Store) decideMany(b *batch, limits []domain.Limit, t int64, commit bool, st []domain.LimitStatus) error {
 	n := len(limits)
 	for i := range limits {
-		b.ents[i] = s.load(b.hash[i], limits[i].Key)
+		if b.of[i] == 0 {
+			b.ents[i] = s.load(b.hash[i], limits[i].Key)
+		}
 	}
 	if err := s.lockAll(b, limits, t, commit); err != nil {
 		return err
@@ -356,10 +471,7 @@ func (s *Store) decideMany(b *batch, limits []domain.Limit, t int64, commit bool
 	}
 	if commit && allowed {
 		for i := range limits {
-			var grew bool
-			if st[i], grew = b.ents[i].commitLocked(&limits[i], t, s.grace, st[i]); grew {
-				b.after[i] |= afterRecost
-			}
+			st[i] = s.commitRate(b, limits, i, limits[i].Cost, t, st[i])
 		}
 	}
 	s.unlockAll(b, n)
@@ -368,11 +480,12 @@ func (s *Store) decideMany(b *batch, limits []domain.Limit, t int64, commit bool
 
 // unlockAll unlocks the batch's entries, then does their follow-up work.
 // A Peek leaves the entries of unknown keys nil: they have none, but the
-// keys held outside ristretto may still need trimming.
+// keys held outside ristretto may still need trimming. A shared log's
+// entry is unlocked once, through the first limit naming its key.
 func (s *Store) unlockAll(b *batch, n int) {
 	var follow bool
 	for i := range n {
-		if e := b.ents[i]; e != nil {
+		if e := b.ents[i]; e != nil && b.of[i] == 0 {
 			e.mu.Unlock()
 			follow = follow || b.after[i] != 0
 		}
@@ -394,13 +507,15 @@ func (s *Store) unlockAll(b *batch, n int) {
 // lockAll locks the batch's entries in id order (so that two decisions
 // cannot deadlock), first looking up under their shard lock the ones the
 // lock-free load missed, and again the ones found dead once locked, until
-// every locked entry is live. Then it records the access to each.
+// every locked entry is live. Then it records the access to each. A
+// shared log's entry is found and locked once, through the first limit
+// naming its key; the later ones get it once it is locked.
 func (s *Store) lockAll(b *batch, limits []domain.Limit, t int64, create bool) error {
 	n := len(limits)
 	var absent, dead [domain.MaxLimits]bool
 	for {
 		for i := range n {
-			if b.ents[i] == nil && !absent[i] {
+			if b.ents[i] == nil && !absent[i] && b.of[i] == 0 {
 				e, err := s.lookup(b.hash[i], &limits[i], t, create)
 				if err != nil {
 					return err
@@ -433,6 +548,13 @@ func (s *Store) lockAll(b *batch, limits []domain.Limit, t int64, create bool) e
 	for i := range n {
 		if e := b.ents[i]; e != nil && !s.access(e, t) && b.after[i]&afterTrim == 0 {
 			b.after[i] |= afterTouch
+		}
+	}
+	if b.shared {
+		for i := range n {
+			if j := b.of[i]; j != 0 {
+				b.ents[i] = b.ents[j-1]
+			}
 		}
 	}
 	return nil

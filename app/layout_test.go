@@ -1,0 +1,765 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/adapters/local"
+	"github.com/sluicehq/sluice/adapters/redis"
+	"github.com/sluicehq/sluice/app"
+	"github.com/sluicehq/sluice/conformance"
+	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/ports"
+	"github.com/sluicehq/sluice/ports/fakeclock"
+	"github.com/sluicehq/sluice/ports/recordertest"
+)
+
+// Routes of layoutConfig.
+const (
+	routeNine = "GET /api/v1/nine"
+	routePair = "GET /api/v1/pair"
+)
+
+// layoutConfig has the nine-window profile of issue 17 in sliding logs
+// (ip, user, api key and tenant × burst and sustained, and the
+// tenant-global window) and a pair profile: an ip burst of 5 per second
+// and sustained of 8 per 10 s, listed longest first so that the log is
+// named by the first window.
+func layoutConfig(layout app.LogLayout) app.Config {
+	pair := func(burst, sustained int64) []app.WindowConfig {
+		return []app.WindowConfig{{Name: "burst", Limit: burst, Period: time.Second}, {Name: "sustained", Limit: sustained, Period: time.Minute}}
+	}
+	return app.Config{
+		HMACSecret: testSecret,
+		InstanceID: "test-layout",
+		LogLayout:  layout,
+		// Every answer comes from the store: the layouts are compared call
+		// by call.
+		RefusalCacheSize: -1,
+		Profiles: []app.ProfileConfig{
+			{Name: "nine", Family: domain.FamilyRead, Routes: []string{routeNine}, Windows: app.WindowsConfig{
+				IP: pair(50, 500), User: pair(5, 100), APIKey: pair(20, 200), Tenant: pair(40, 400),
+				TenantGlobal: []app.WindowConfig{{Name: "sustained", Limit: 1000, Period: time.Minute}},
+			}},
+			{Name: "pair", Family: domain.FamilyRead, Routes: []string{routePair}, Windows: app.WindowsConfig{
+				IP: []app.WindowConfig{{Name: "sustained", Limit: 8, Period: 10 * time.Second}, {Name: "burst", Limit: 5, Period: time.Second}},
+			}},
+		},
+	}
+}
+
+// newLayoutLimiter is a Limiter on store with clock, the fallback a
+// reference store of its own.
+func newLayoutLimiter(t *testing.T, cfg app.Config, store ports.Store, clock ports.Clock) *app.Limiter {
+	t.Helper()
+	l, err := app.New(cfg, app.Deps{Store: store, Fallback: conformance.NewReferenceStore(), Clock: clock, Recorder: &recorder{}})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, l.Close()) })
+	return l
+}
+
+// keyWindow is the last part of a key: the name of the window it is
+// named after.
+func keyWindow(key string) string { return key[strings.LastIndexByte(key, ':')+1:] }
+
+// keyDim is the dimension part of a key (rl:{tag}:dimension:…).
+func keyDim(key string) string {
+	_, rest, _ := strings.Cut(key, "}:")
+	dim, _, _ := strings.Cut(rest, ":")
+	return dim
+}
+
+// TestLogLayoutKeys checks which keys a decision names in each layout: a
+// principal's sliding-log windows on the key of its longest, GCRA windows
+// on their own, and, under both, the moved windows on their own key too.
+func TestLogLayoutKeys(t *testing.T) {
+	withGCRA := func(c *app.Config) {
+		c.Profiles[0].Windows.User[1].Algorithm = domain.GCRA
+	}
+	tests := []struct {
+		name   string
+		layout app.LogLayout
+		mutate func(*app.Config)
+		route  string
+		// want lists each limit's dimension and key window, in request
+		// order; distinct is how many keys they name.
+		want     []string
+		distinct int
+	}{
+		{"shared, nine windows in five logs", app.LogLayoutShared, nil, routeNine, []string{
+			"ip:sustained", "ip:sustained", "user:sustained", "user:sustained", "apikey:sustained", "apikey:sustained",
+			"tenant:sustained", "tenant:sustained", "tenant_global:sustained"}, 5},
+		{"default is shared", 0, nil, routeNine, []string{
+			"ip:sustained", "ip:sustained", "user:sustained", "user:sustained", "apikey:sustained", "apikey:sustained",
+			"tenant:sustained", "tenant:sustained", "tenant_global:sustained"}, 5},
+		{"per window", app.LogLayoutPerWindow, nil, routeNine, []string{
+			"ip:burst", "ip:sustained", "user:burst", "user:sustained", "apikey:burst", "apikey:sustained",
+			"tenant:burst", "tenant:sustained", "tenant_global:sustained"}, 9},
+		{"both: the moved windows again at the end", app.LogLayoutBoth, nil, routeNine, []string{
+			"ip:sustained", "ip:sustained", "user:sustained", "user:sustained", "apikey:sustained", "apikey:sustained",
+			"tenant:sustained", "tenant:sustained", "tenant_global:sustained",
+			"ip:burst", "user:burst", "apikey:burst", "tenant:burst"}, 9},
+		{"a GCRA window keeps its key; a lone log its own name", app.LogLayoutShared, withGCRA, routeNine, []string{
+			"ip:sustained", "ip:sustained", "user:burst", "user:sustained", "apikey:sustained", "apikey:sustained",
+			"tenant:sustained", "tenant:sustained", "tenant_global:sustained"}, 6},
+		{"both with a GCRA window: nothing moved on that principal", app.LogLayoutBoth, withGCRA, routeNine, []string{
+			"ip:sustained", "ip:sustained", "user:burst", "user:sustained", "apikey:sustained", "apikey:sustained",
+			"tenant:sustained", "tenant:sustained", "tenant_global:sustained",
+			"ip:burst", "apikey:burst", "tenant:burst"}, 9},
+		{"the longest names the log wherever it is listed", app.LogLayoutShared, nil, routePair, []string{
+			"ip:sustained", "ip:sustained"}, 1},
+		{"a tie of periods: the first listed", app.LogLayoutShared, func(c *app.Config) {
+			c.Profiles[1].Windows.IP[1].Period = 10 * time.Second
+		}, routePair, []string{"ip:sustained", "ip:sustained"}, 1},
+		{"a tie of periods, the other order", app.LogLayoutShared, func(c *app.Config) {
+			ws := c.Profiles[1].Windows.IP
+			ws[0], ws[1] = ws[1], ws[0]
+			ws[0].Period = 10 * time.Second
+		}, routePair, []string{"ip:burst", "ip:burst"}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := layoutConfig(tt.layout)
+			if tt.mutate != nil {
+				tt.mutate(&cfg)
+			}
+			r := newRigWith(t, cfg, newFaulty(newLocal(t)), conformance.NewReferenceStore())
+			d := r.eval(t, app.Request{Route: tt.route, ClientIP: rawIP, User: rawUser, Tenant: rawTenant, APIKey: rawAPIKey})
+			require.Equal(t, domain.Allowed, d.State, "cause %s", d.Cause)
+			keys := r.store.seen()
+			got := make([]string, len(keys))
+			for i, k := range keys {
+				got[i] = keyDim(k) + ":" + keyWindow(k)
+			}
+			assert.Equal(t, tt.want, got)
+			assert.Len(t, slices.Compact(slices.Sorted(slices.Values(keys))), tt.distinct)
+			assertNoRawIdentifier(t, keys)
+			// The hidden limits never reach what the decision reports.
+			shown := min(len(tt.want), 9)
+			if tt.route == routePair {
+				shown = 2
+			}
+			assert.Len(t, d.Windows.All(), shown)
+		})
+	}
+}
+
+// TestSharedLogCountsExactly runs burst 5/s and sustained 8/10 s, one
+// log, through the Limiter on the reference and the local store: 5 pass,
+// the 6th is refused by the burst, 3 more pass a second later and the
+// next is refused by the sustained window. Every layout answers alike,
+// window by window.
+func TestSharedLogCountsExactly(t *testing.T) {
+	type step struct {
+		at      time.Duration
+		allowed bool
+		window  string
+		remain  int64
+	}
+	script := []step{
+		{0, true, "burst", 4}, {0, true, "burst", 3}, {0, true, "burst", 2}, {0, true, "burst", 1}, {0, true, "burst", 0},
+		{0, false, "burst", 0},
+		{time.Second, true, "sustained", 2}, {time.Second, true, "sustained", 1}, {time.Second, true, "sustained", 0},
+		{time.Second, false, "sustained", 0},
+		{10 * time.Second, true, "sustained", 4},
+	}
+	stores := map[string]func(t *testing.T) ports.Store{
+		"reference": func(*testing.T) ports.Store { return conformance.NewReferenceStore() },
+		"local":     func(t *testing.T) ports.Store { return newLocal(t) },
+		"redis": func(t *testing.T) ports.Store {
+			srv := redistest.NewServer(t) // a server of its own: every run uses the same keys
+			s, err := redis.New(redis.Config{Addrs: []string{srv.Addr()}, Mode: redis.ModeStandalone, Time: redis.CallerTime})
+			require.NoError(t, err)
+			t.Cleanup(func() { s.Close() })
+			return s
+		},
+	}
+	for sname, open := range stores {
+		for _, layout := range []app.LogLayout{app.LogLayoutPerWindow, app.LogLayoutShared, app.LogLayoutBoth} {
+			t.Run(sname+"/"+layout.String(), func(t *testing.T) {
+				clock := fakeclock.New(t0)
+				l := newLayoutLimiter(t, layoutConfig(layout), open(t), clock)
+				var at time.Duration
+				for i, s := range script {
+					clock.Advance(s.at - at)
+					at = s.at
+					d, err := l.Evaluate(context.Background(), app.Request{Route: routePair, ClientIP: rawIP})
+					require.NoError(t, err)
+					assert.Equal(t, s.allowed, d.State == domain.Allowed, "step %d", i)
+					assert.Equal(t, s.window, d.LimitingWindow, "step %d", i)
+					assert.Equal(t, s.remain, d.Remaining, "step %d", i)
+					require.Len(t, d.Windows.All(), 2, "step %d", i)
+				}
+			})
+		}
+	}
+}
+
+// decisionOf is what must be identical whatever the layout.
+func decisionOf(d domain.Decision) string {
+	return fmt.Sprintf("%s %s rem=%d retry=%s reset=%s windows=%v", d.State, d.LimitingWindow, d.Remaining, d.RetryAfter, d.ResetAfter, d.Windows.All())
+}
+
+// TestLayoutRollout runs the runbook's rollout on one store: per_window
+// instances beside both ones, then both beside shared, then shared alone,
+// and compares every answer with a per_window instance alone on a store
+// of its own that sees the same requests at the same instants. The
+// switch straight from per_window to shared is not exact while both run
+// (the per_window instance misses the units the shared one records only
+// in its log), which the last case shows.
+func TestLayoutRollout(t *testing.T) {
+	run := func(t *testing.T, phases [][]app.LogLayout) (mismatches int) {
+		clock := fakeclock.New(t0)
+		shared := newLocal(t)
+		ref := newLayoutLimiter(t, layoutConfig(app.LogLayoutPerWindow), newLocal(t), clock)
+		fleets := make([][]*app.Limiter, len(phases))
+		for p, layouts := range phases {
+			for _, lay := range layouts {
+				fleets[p] = append(fleets[p], newLayoutLimiter(t, layoutConfig(lay), shared, clock))
+			}
+		}
+		for p, fleet := range fleets {
+			// 30 requests per phase, 150 ms apart, in turn on each instance:
+			// bursts refused, units leaving, the sustained window filling.
+			for i := range 30 {
+				clock.Advance(150 * time.Millisecond)
+				req := app.Request{Route: routePair, ClientIP: rawIP}
+				want, err := ref.Evaluate(context.Background(), req)
+				require.NoError(t, err)
+				got, err := fleet[i%len(fleet)].Evaluate(context.Background(), req)
+				require.NoError(t, err)
+				if decisionOf(got) != decisionOf(want) {
+					mismatches++
+					t.Logf("phase %d step %d on %s: got %s, want %s", p, i, phases[p][i%len(fleet)], decisionOf(got), decisionOf(want))
+				}
+			}
+		}
+		return mismatches
+	}
+	pw, both, sh := app.LogLayoutPerWindow, app.LogLayoutBoth, app.LogLayoutShared
+	t.Run("per_window, both, shared: exact at every step", func(t *testing.T) {
+		assert.Zero(t, run(t, [][]app.LogLayout{{pw, both}, {both, sh}, {sh}}))
+	})
+	t.Run("rolled back: shared, both, per_window", func(t *testing.T) {
+		assert.Zero(t, run(t, [][]app.LogLayout{{sh, both}, {both, pw}, {pw}}))
+	})
+	t.Run("per_window straight to shared is not exact", func(t *testing.T) {
+		if run(t, [][]app.LogLayout{{pw, sh}}) == 0 {
+			t.Error("per_window and shared side by side answered as one instance: the runbook's both step would serve nothing")
+		}
+	})
+}
+
+// TestPerWindowToSharedKeepsEveryUnit switches a fleet from per_window to
+// shared at one instant: the shared log is the per_window key of the
+// longest window, which holds every unit, so nothing is lost.
+func TestPerWindowToSharedKeepsEveryUnit(t *testing.T) {
+	clock := fakeclock.New(t0)
+	store := newLocal(t)
+	old := newLayoutLimiter(t, layoutConfig(app.LogLayoutPerWindow), store, clock)
+	req := app.Request{Route: routePair, ClientIP: rawIP}
+	for range 3 {
+		d, err := old.Evaluate(context.Background(), req)
+		require.NoError(t, err)
+		require.Equal(t, domain.Allowed, d.State)
+	}
+	clock.Advance(500 * time.Millisecond)
+	upgraded := newLayoutLimiter(t, layoutConfig(app.LogLayoutShared), store, clock)
+	// The burst still holds the 3 units of 500 ms ago, the sustained
+	// window too: 2 pass, then the burst refuses.
+	for i, want := range []int64{1, 0} {
+		d, err := upgraded.Evaluate(context.Background(), req)
+		require.NoError(t, err)
+		require.Equal(t, domain.Allowed, d.State, "request %d", i)
+		assert.Equal(t, want, d.Remaining, "request %d", i)
+	}
+	d, err := upgraded.Evaluate(context.Background(), req)
+	require.NoError(t, err)
+	assert.Equal(t, domain.Throttled, d.State)
+	assert.Equal(t, "burst", d.LimitingWindow)
+	// A second later the burst is free; the sustained window holds 5 of 8.
+	clock.Advance(time.Second)
+	for range 3 {
+		d, err := upgraded.Evaluate(context.Background(), req)
+		require.NoError(t, err)
+		require.Equal(t, domain.Allowed, d.State)
+	}
+	d, err = upgraded.Evaluate(context.Background(), req)
+	require.NoError(t, err)
+	assert.Equal(t, domain.Throttled, d.State)
+	assert.Equal(t, "sustained", d.LimitingWindow)
+}
+
+// TestSharedLogAlgorithmChange is what ADR-015 says of a window that
+// changes algorithm under log_layout shared: the window that leaves the
+// log starts on a key of its own, empty unless it named the log; the
+// windows that stay keep their units, on a key that is the old log only
+// when the longest of them still names it.
+func TestSharedLogAlgorithmChange(t *testing.T) {
+	// burst 5 per second and sustained 20 per 10 s, one log.
+	cfg := func(burst, sustained domain.Algorithm) app.Config {
+		c := layoutConfig(app.LogLayoutShared)
+		c.Profiles[1].Windows.IP = []app.WindowConfig{
+			{Name: "burst", Limit: 5, Period: time.Second, Algorithm: burst},
+			{Name: "sustained", Limit: 20, Period: 10 * time.Second, Algorithm: sustained},
+		}
+		return c
+	}
+	req := app.Request{Route: routePair, ClientIP: rawIP}
+	tests := []struct {
+		name             string
+		burst, sustained domain.Algorithm
+		// passes is how many requests the new configuration admits at the
+		// instant of the change, after 4 under the old one; window is its
+		// limiting window then.
+		passes int
+		window string
+	}{
+		// The burst leaves the log for an empty GCRA key: 5 more pass in
+		// the same second (9 in all, over its 5); the sustained window
+		// kept its 4 units.
+		{"the shorter window leaves the log", domain.GCRA, domain.SlidingLog, 5, "burst"},
+		// The sustained window's key is the log, which the store reads in
+		// GCRA (S6): its 4 units stay. The burst, alone on a log, now
+		// names a key of its own, empty: 5 pass.
+		{"the longest window leaves the log", domain.SlidingLog, domain.GCRA, 5, "burst"},
+		// Nothing moves: the burst holds 4 of 5 units.
+		{"no change", domain.SlidingLog, domain.SlidingLog, 1, "burst"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := fakeclock.New(t0)
+			store := newLocal(t)
+			before := newLayoutLimiter(t, cfg(domain.SlidingLog, domain.SlidingLog), store, clock)
+			for range 4 {
+				d, err := before.Evaluate(context.Background(), req)
+				require.NoError(t, err)
+				require.Equal(t, domain.Allowed, d.State)
+			}
+			after := newLayoutLimiter(t, cfg(tt.burst, tt.sustained), store, clock)
+			passed := 0
+			var last domain.Decision
+			for {
+				d, err := after.Evaluate(context.Background(), req)
+				require.NoError(t, err)
+				if d.State != domain.Allowed {
+					last = d
+					break
+				}
+				passed++
+				require.Less(t, passed, 30)
+			}
+			assert.Equal(t, tt.passes, passed)
+			assert.Equal(t, tt.window, last.LimitingWindow)
+			// The sustained window kept the 4 units of before in every
+			// case: 20 - 4 - passed remain.
+			sus := last.Windows.All()[1]
+			assert.Equal(t, "sustained", sus.Window.Name)
+			assert.Equal(t, int64(20-4-passed), sus.Remaining)
+		})
+	}
+}
+
+// TestLogLayoutConfig checks the layout's configuration: its names in
+// YAML, the default, and the errors.
+func TestLogLayoutConfig(t *testing.T) {
+	yaml := func(layout string) string {
+		return "hmac_secret: " + testSecret + "\n" + layout + `profiles:
+  - name: p
+    family: read
+    routes: ["/x"]
+    windows:
+      ip:
+        - {name: burst, limit: 5, period: 1s}
+        - {name: sustained, limit: 8, period: 10s}
+`
+	}
+	for _, tt := range []struct {
+		line string
+		want app.LogLayout
+	}{
+		{"", app.LogLayoutShared},
+		{"log_layout: shared\n", app.LogLayoutShared},
+		{"log_layout: per_window\n", app.LogLayoutPerWindow},
+		{"log_layout: both\n", app.LogLayoutBoth},
+	} {
+		cfg, err := app.ParseConfig([]byte(yaml(tt.line)), func(string) (string, bool) { return "", false })
+		require.NoError(t, err, "%q", tt.line)
+		assert.Equal(t, tt.want, cfg.LogLayout, "%q", tt.line)
+	}
+
+	_, err := app.ParseConfig([]byte(yaml("log_layout: hashed\n")), func(string) (string, bool) { return "", false })
+	var ce *domain.ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "log_layout", ce.Field)
+	var ne *domain.UnknownNameError
+	require.ErrorAs(t, err, &ne)
+	assert.Equal(t, "hashed", ne.Name)
+
+	invalid := []struct {
+		name   string
+		mutate func(*app.Config)
+		field  string
+	}{
+		{"a layout outside the set", func(c *app.Config) { c.LogLayout = 9 }, "log_layout"},
+		{"two windows of one log with one limit and period", func(c *app.Config) {
+			c.Profiles[1].Windows.IP[1] = app.WindowConfig{Name: "burst", Limit: 8, Period: 10 * time.Second}
+		}, "profiles[pair].windows.ip[burst]"},
+		{"a plan that makes two windows of one log the same", func(c *app.Config) {
+			c.Profiles[1].Windows.IP[1] = app.WindowConfig{Name: "burst", Limit: 5, Period: 10 * time.Second}
+			c.Plans = []app.PlanConfig{{Name: "pro", Tenants: []string{"t"}, Profiles: map[string]app.PlanProfileConfig{
+				"pair": {Windows: app.PlanWindowsConfig{IP: []app.PlanWindowConfig{{Name: "burst", Limit: 8}}}},
+			}}}
+		}, "plans[pro].profiles.pair.windows.ip[burst]"},
+		{"both, past domain.MaxLimits with the hidden limits", func(c *app.Config) {
+			c.LogLayout = app.LogLayoutBoth
+			four := func(d time.Duration) []app.WindowConfig {
+				return []app.WindowConfig{{Name: "a", Limit: 5, Period: d}, {Name: "b", Limit: 6, Period: 2 * d}, {Name: "c", Limit: 7, Period: 3 * d}}
+			}
+			c.Profiles[0].Windows = app.WindowsConfig{IP: four(time.Second), User: four(time.Second), APIKey: four(time.Second), Tenant: four(time.Second)}
+		}, "profiles[nine].windows"},
+	}
+	for _, tt := range invalid {
+		t.Run(tt.name, func(t *testing.T) {
+			c := layoutConfig(app.LogLayoutShared)
+			tt.mutate(&c)
+			err := c.WithDefaults().Validate()
+			var ce *domain.ConfigError
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, tt.field, ce.Field, "%v", err)
+			assert.True(t, errors.Is(err, domain.ErrInvalidConfig))
+		})
+	}
+	// The same windows are fine in a key each.
+	c := layoutConfig(app.LogLayoutPerWindow)
+	c.Profiles[1].Windows.IP[1] = app.WindowConfig{Name: "burst", Limit: 8, Period: 10 * time.Second}
+	require.NoError(t, c.WithDefaults().Validate())
+}
+
+// TestTenantGlobalLogAcrossProfiles: the tenant-global keys are the same
+// in every profile, so their windows share a log only when every profile
+// counts the same ones; otherwise each keeps its own key.
+func TestTenantGlobalLogAcrossProfiles(t *testing.T) {
+	global := []app.WindowConfig{{Name: "minute", Limit: 100, Period: time.Minute}, {Name: "hour", Limit: 1000, Period: time.Hour}}
+	for _, tt := range []struct {
+		name  string
+		other []app.WindowConfig
+		want  []string
+	}{
+		{"the same windows: one log", global, []string{"hour", "hour"}},
+		{"another profile with fewer: a key each", global[:1], []string{"minute", "hour"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := layoutConfig(app.LogLayoutShared)
+			cfg.Profiles[0].Windows = app.WindowsConfig{TenantGlobal: global}
+			cfg.Profiles[1].Windows = app.WindowsConfig{TenantGlobal: tt.other}
+			r := newRigWith(t, cfg, newFaulty(newLocal(t)), conformance.NewReferenceStore())
+			d := r.eval(t, app.Request{Route: routeNine, ClientIP: rawIP, Tenant: rawTenant})
+			require.Equal(t, domain.Allowed, d.State)
+			var got []string
+			for _, k := range r.store.seen() {
+				got = append(got, keyWindow(k))
+			}
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+// TestResetForgetsEveryLayout: a reset lists every window's own key,
+// among which each shared log is, so one reset forgets a principal's
+// counts whatever layout each instance runs.
+func TestResetForgetsEveryLayout(t *testing.T) {
+	for _, layout := range []app.LogLayout{app.LogLayoutShared, app.LogLayoutPerWindow, app.LogLayoutBoth} {
+		t.Run(layout.String(), func(t *testing.T) {
+			clock := fakeclock.New(t0)
+			store := newLocal(t)
+			l := newLayoutLimiter(t, layoutConfig(layout), store, clock)
+			other := newLayoutLimiter(t, layoutConfig(app.LogLayoutPerWindow), store, clock)
+			req := app.Request{Route: routePair, ClientIP: rawIP}
+			for _, lim := range []*app.Limiter{l, l, other, other, l} {
+				d, err := lim.Evaluate(context.Background(), req)
+				require.NoError(t, err)
+				require.Equal(t, domain.Allowed, d.State)
+			}
+			n, err := l.Reset(context.Background(), app.ResetRequest{Dimension: domain.DimensionIP, ClientIP: rawIP, Profiles: []string{"pair"}})
+			require.NoError(t, err)
+			// burst, sustained (the shared log) and the bypass cap.
+			assert.Equal(t, 3, n)
+			for _, lim := range []*app.Limiter{l, other} {
+				d, err := lim.Peek(context.Background(), req)
+				require.NoError(t, err)
+				assert.Equal(t, int64(5), d.Remaining, "a window kept units after the reset")
+			}
+		})
+	}
+}
+
+// TestSharedLogRefusalCache: the refusal cache repeats a refusal of a
+// window on a shared log only while the store would give it. Against a
+// per_window instance on a store of its own, without a cache, every
+// decision agrees on its state, limiting window and retry-after.
+func TestSharedLogRefusalCache(t *testing.T) {
+	clock := fakeclock.New(t0)
+	cfg := layoutConfig(app.LogLayoutShared)
+	cfg.RefusalCacheSize = 64
+	cached := newLayoutLimiter(t, cfg, newLocal(t), clock)
+	ref := newLayoutLimiter(t, layoutConfig(app.LogLayoutPerWindow), newLocal(t), clock)
+	req := app.Request{Route: routePair, ClientIP: rawIP}
+	repeated := 0
+	for i := range 60 {
+		clock.Advance(100 * time.Millisecond)
+		for range 2 {
+			got, err := cached.Evaluate(context.Background(), req)
+			require.NoError(t, err)
+			want, err := ref.Evaluate(context.Background(), req)
+			require.NoError(t, err)
+			if got.Source == domain.SourceRefusalCache {
+				repeated++
+			}
+			assert.Equal(t, want.State, got.State, "step %d", i)
+			assert.Equal(t, want.LimitingWindow, got.LimitingWindow, "step %d", i)
+			assert.Equal(t, want.RetryAfter, got.RetryAfter, "step %d", i)
+		}
+	}
+	assert.Positive(t, repeated, "the cache never answered: the test proves nothing")
+}
+
+// TestSharedLogCoalesced: decisions released together on one shared log
+// are admitted exactly to the burst, coalesced or not.
+func TestSharedLogCoalesced(t *testing.T) {
+	clock := fakeclock.New(t0)
+	l := newLayoutLimiter(t, layoutConfig(app.LogLayoutShared), newLocal(t), clock)
+	req := app.Request{Route: routePair, ClientIP: rawIP}
+	const n = 40
+	start := make(chan struct{})
+	results := make(chan domain.State, n)
+	for range n {
+		go func() {
+			<-start
+			d, err := l.Evaluate(context.Background(), req)
+			if err != nil {
+				t.Error(err)
+			}
+			results <- d.State
+		}()
+	}
+	close(start)
+	admitted := 0
+	for range n {
+		if <-results == domain.Allowed {
+			admitted++
+		}
+	}
+	assert.Equal(t, 5, admitted)
+	d, err := l.Peek(context.Background(), req)
+	require.NoError(t, err)
+	w := d.Windows.All()
+	assert.Equal(t, int64(3), w[0].Remaining, "sustained: 8 - 5")
+	assert.Equal(t, int64(0), w[1].Remaining, "burst")
+}
+
+// TestSharedLogSettlesOnce: a reservation on a shared log holds its cost
+// once, and settling refunds it once: each window then reads the actual
+// cost.
+func TestSharedLogSettlesOnce(t *testing.T) {
+	for _, layout := range []app.LogLayout{app.LogLayoutShared, app.LogLayoutBoth, app.LogLayoutPerWindow} {
+		t.Run(layout.String(), func(t *testing.T) {
+			clock := fakeclock.New(t0)
+			cfg := layoutConfig(layout)
+			cfg.Profiles[1].Settle = &app.SettleConfig{}
+			l := newLayoutLimiter(t, cfg, newLocal(t), clock)
+			req := app.Request{Route: routePair, ClientIP: rawIP, Cost: 3}
+			d, res, err := l.Reserve(context.Background(), req)
+			require.NoError(t, err)
+			require.Equal(t, domain.Allowed, d.State)
+			w := d.Windows.All()
+			require.Len(t, w, 2)
+			assert.Equal(t, []int64{5, 2}, []int64{w[0].Remaining, w[1].Remaining})
+			_, err = res.Settle(context.Background(), 1)
+			require.NoError(t, err)
+			p, err := l.Peek(context.Background(), app.Request{Route: routePair, ClientIP: rawIP, Cost: 1})
+			require.NoError(t, err)
+			w = p.Windows.All()
+			assert.Equal(t, []int64{7, 4}, []int64{w[0].Remaining, w[1].Remaining}, "each window counts the 1 unit settled")
+		})
+	}
+}
+
+// TestSharedLogMoves: a change that names another key for a window's log
+// under shared (a period change that makes another window the longest,
+// an algorithm change of the longest) leaves the old log's units behind,
+// unless the fleet ran log_layout both for a while first, which wrote
+// each window's own key too (docs/adr/015, "Consequences").
+func TestSharedLogMoves(t *testing.T) {
+	windows := func(burstPeriod time.Duration, sustained domain.Algorithm) []app.WindowConfig {
+		return []app.WindowConfig{
+			{Name: "burst", Limit: 5, Period: burstPeriod},
+			{Name: "sustained", Limit: 8, Period: 10 * time.Second, Algorithm: sustained},
+		}
+	}
+	req := app.Request{Route: routePair, ClientIP: rawIP}
+	tests := []struct {
+		name   string
+		before app.LogLayout
+		after  []app.WindowConfig
+		// passes is how many requests pass at the change's instant after 4.
+		passes int
+	}{
+		{"the burst becomes the longest: its key is new", app.LogLayoutShared, windows(20*time.Second, domain.SlidingLog), 5},
+		{"the same after both: its key holds every unit", app.LogLayoutBoth, windows(20*time.Second, domain.SlidingLog), 1},
+		{"the sustained leaves the log: the burst's key is new (the sustained window kept its 4)", app.LogLayoutShared, windows(time.Second, domain.GCRA), 4},
+		{"the same after both", app.LogLayoutBoth, windows(time.Second, domain.GCRA), 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := fakeclock.New(t0)
+			store := newLocal(t)
+			cfg := layoutConfig(tt.before)
+			cfg.Profiles[1].Windows.IP = windows(time.Second, domain.SlidingLog)
+			before := newLayoutLimiter(t, cfg, store, clock)
+			for range 4 {
+				d, err := before.Evaluate(context.Background(), req)
+				require.NoError(t, err)
+				require.Equal(t, domain.Allowed, d.State)
+			}
+			cfg = layoutConfig(app.LogLayoutShared)
+			cfg.Profiles[1].Windows.IP = tt.after
+			after := newLayoutLimiter(t, cfg, store, clock)
+			passed := 0
+			for {
+				d, err := after.Evaluate(context.Background(), req)
+				require.NoError(t, err)
+				if d.State != domain.Allowed {
+					break
+				}
+				passed++
+				require.Less(t, passed, 30)
+			}
+			assert.Equal(t, tt.passes, passed)
+		})
+	}
+}
+
+// partitionedLocal is a local store that says each hash tag is a
+// partition of its own, as a Redis Cluster's slots: the Limiter then
+// decides a request whose keys carry two tags through one reservation
+// per tag (docs/adr/013).
+type partitionedLocal struct {
+	*local.Store
+	mu  sync.Mutex
+	ids map[string]int
+}
+
+func (p *partitionedLocal) Partition(key string) (int, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	tag := hashTag(key)
+	id, ok := p.ids[tag]
+	if !ok {
+		id = len(p.ids)
+		p.ids[tag] = id
+	}
+	return id, true
+}
+
+// splitView is decisionOf without the reset-afters: a side released
+// after a refusal elsewhere reports the reset-after its reservation saw
+// (split.go's release restores the remaining counts only), in every
+// layout.
+func splitView(d domain.Decision) string {
+	s := fmt.Sprintf("%s %s rem=%d retry=%s", d.State, d.LimitingWindow, d.Remaining, d.RetryAfter)
+	for _, w := range d.Windows.All() {
+		s += fmt.Sprintf(" [%s %s %t %d %s]", w.Dimension, w.Window.Name, w.Allowed, w.Remaining, w.RetryAfter)
+	}
+	return s
+}
+
+// TestSharedLogAcrossPartitions: the ip's log lives under the ip's tag,
+// the other principals' under the tenant's (docs/adr/013). Split into one
+// reservation per tag, and released when one side refuses, the nine
+// windows answer in every layout as a per_window instance on one
+// partition does.
+func TestSharedLogAcrossPartitions(t *testing.T) {
+	for _, layout := range []app.LogLayout{app.LogLayoutPerWindow, app.LogLayoutShared, app.LogLayoutBoth} {
+		t.Run(layout.String(), func(t *testing.T) {
+			clock := fakeclock.New(t0)
+			store := &partitionedLocal{Store: newLocal(t), ids: map[string]int{}}
+			split := newLayoutLimiter(t, layoutConfig(layout), store, clock)
+			ref := newLayoutLimiter(t, layoutConfig(app.LogLayoutPerWindow), newLocal(t), clock)
+			req := app.Request{Route: routeNine, ClientIP: rawIP, User: rawUser, Tenant: rawTenant, APIKey: rawAPIKey}
+			refused := 0
+			for i := range 40 {
+				clock.Advance(100 * time.Millisecond)
+				want, err := ref.Evaluate(context.Background(), req)
+				require.NoError(t, err)
+				got, err := split.Evaluate(context.Background(), req)
+				require.NoError(t, err)
+				assert.Equal(t, splitView(want), splitView(got), "step %d", i)
+				if got.State == domain.Throttled {
+					refused++
+				}
+			}
+			assert.Positive(t, refused, "nothing refused: the release path went untested")
+			assert.Len(t, store.ids, 2, "the ip's tag and the tenant's")
+		})
+	}
+}
+
+// BenchmarkEvaluateLayouts measures one nine-window decision (every
+// window a sliding log) through the Limiter on the local store, in each
+// layout: 9 keys per window, 5 shared logs, or both's 13 limits.
+// Identities rotate over 256 users of 16 tenants; the clock moves 1 ms a
+// decision.
+//
+//	go test -run '^$' -bench EvaluateLayouts -benchmem ./app/
+func BenchmarkEvaluateLayouts(b *testing.B) {
+	for _, layout := range []app.LogLayout{app.LogLayoutPerWindow, app.LogLayoutShared, app.LogLayoutBoth} {
+		b.Run(layout.String(), func(b *testing.B) {
+			cfg := layoutConfig(layout)
+			w := &cfg.Profiles[0].Windows
+			for _, ws := range [][]app.WindowConfig{w.IP, w.User, w.APIKey, w.Tenant, w.TenantGlobal} {
+				for i := range ws {
+					ws[i].Limit = domain.MaxSlidingLogLimit - int64(i)
+				}
+			}
+			clock := fakeclock.New(t0)
+			l, err := app.New(cfg, app.Deps{Store: newLocal(b), Fallback: newLocal(b), Clock: clock, Recorder: recordertest.Discard{}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { l.Close() })
+			reqs := make([]app.Request, 256)
+			for i := range reqs {
+				reqs[i] = app.Request{
+					Route:    routeNine,
+					ClientIP: netip.AddrFrom4([4]byte{10, 1, byte(i / 16), byte(i)}),
+					User:     "user-" + strconv.Itoa(i) + "@example.org",
+					Tenant:   "tenant-" + strconv.Itoa(i%16),
+					APIKey:   "key-" + strconv.Itoa(i),
+				}
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				clock.Advance(time.Millisecond)
+				d, err := l.Evaluate(context.Background(), reqs[i%len(reqs)])
+				if err != nil || d.State != domain.Allowed {
+					b.Fatalf("decision %s (%s), err %v", d.State, d.Cause, err)
+				}
+				i++
+			}
+		})
+	}
+}
