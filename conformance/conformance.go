@@ -31,7 +31,11 @@
 // never below zero, charges past the limit, idempotence, expiry, Renew,
 // all or nothing across rate and concurrency windows, exact under 200
 // goroutines, crashed holders); one that does not is reported in the test
-// log. Each case is a subtest named for what it proves; each
+// log. Sliding-log windows that share a key (docs/adr/015) must record
+// each request once, count each window in its own period, keep units for
+// the longest period, settle once, and answer, step by step on seeded
+// random timelines, exactly as the same windows on keys of their own.
+// Each case is a subtest named for what it proves; each
 // gets a fresh store from the constructor and its own key namespace,
 // conf:{<random id>}:<name>, so the cases run in parallel, even against
 // one shared server, and every key of a case shares one Redis Cluster hash

@@ -51,6 +51,14 @@
 //     its entry, and a decision across several keys locks every entry (in
 //     creation order, so that two decisions cannot deadlock) before it
 //     checks any of them, so it is atomic and all-or-nothing.
+//   - Sliding-log windows of one request that name one key share its log
+//     (docs/adr/015): the decision finds, locks and writes the key once,
+//     records an admitted request's units there once, and each window
+//     counts them in its own period (a second cursor of the log keeps a
+//     shorter window's count amortised O(1)); the log keeps them for the
+//     longest period among its windows, plus min(IdleGrace, that period);
+//     a reservation on it is refunded or charged once. The entry's size
+//     estimate follows the log's backing array, whatever window wrote it.
 //   - An idle key is forgotten, which changes no answer. A key is idle once
 //     its state has been trivial (back to its full quota: domain's Idle) for
 //     Config.IdleGrace at the latest instant the store has seen (recorded
