@@ -252,57 +252,78 @@ func TestFloorArgs(t *testing.T) {
 	}
 }
 
-// TestFloorScriptWritesTheLayout runs the floor once on the demo's keys
-// and reads what it left: the string keys set with a TTL, the ZSET key
-// holding the call's member with a TTL; with write off, nothing.
+// TestFloorScriptWritesTheLayout runs the floor once on client 1's keys
+// of the demo (the Limiter's layout) and of the shared nine-window shapes
+// and reads what it left: each key once, a string or a ZSET holding the
+// call's member as the windows naming it say, with the TTL of the longest
+// of them (above a shorter window's period where a key is shared); with
+// write off, nothing.
 func TestFloorScriptWritesTheLayout(t *testing.T) {
 	env := newEnv(t, 2)
 	env.Addr = redistest.NewServer(t).Addr()
 	ctx := context.Background()
-	sets := limiterLimits(func(env *Env) (app.Config, error) { return DemoConfig(env.DemoConfig) }, demoRequest)
-	all, err := sets(env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, write := range []bool{false, true} {
-		runOnce(t, env, floorScript(sets, write))
-		for _, l := range all[1] {
-			typ, err := redistest.Do(ctx, env.Addr, "TYPE", l.Key)
-			if err != nil {
+	for _, tc := range []struct {
+		name string
+		sets keyset
+	}{
+		{"demo", limiterLimits(func(env *Env) (app.Config, error) { return DemoConfig(env.DemoConfig) }, demoRequest)},
+		{"log-9", perClient(func(id *Identity) []string { return id.NineShared }, NineWindows(burstLog, sustainedLog)...)},
+		{"log-9-large", perClient(func(id *Identity) []string { return id.BigTenantShared }, largeWindows()...)},
+	} {
+		all, err := tc.sets(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set := all[1]
+		for _, write := range []bool{false, true} {
+			if _, err := redistest.Do(ctx, env.Addr, "FLUSHALL", "SYNC"); err != nil {
 				t.Fatal(err)
 			}
-			var windows []domain.Window
-			for _, o := range all[1] {
-				if o.Key == l.Key {
-					windows = append(windows, o.Window)
+			runOnce(t, env, floorScript(tc.sets, write))
+			for j, l := range set {
+				if _, shared := domain.SharesLog(set, j); shared {
+					continue
 				}
-			}
-			want := "none"
-			if write && stringKey(windows...) {
-				want = "string"
-			} else if write {
-				want = "zset"
-			}
-			if typ != want {
-				t.Errorf("write %t: key %q of window %+v is a %v, want a %s", write, l.Key, l.Window, typ, want)
-			}
-			if !write {
-				continue
-			}
-			ttl, err := redistest.Do(ctx, env.Addr, "PTTL", l.Key)
-			if n, _ := ttl.(int64); err != nil || n <= 0 || n > l.Window.Period.Milliseconds() && distinct(all[1]) == len(all[1]) {
-				t.Errorf("key %q: PTTL %v (%v), want within its period %s", l.Key, ttl, err, l.Window.Period)
-			}
-			if typ == "zset" {
-				n, err := redistest.Do(ctx, env.Addr, "ZCARD", l.Key)
-				if err != nil || n != int64(1) {
-					t.Errorf("key %q: ZCARD %v (%v), want the call's 1 member", l.Key, n, err)
+				var windows []domain.Window
+				shortest, longest := l.Window.Period, l.Window.Period
+				for _, o := range set {
+					if o.Key == l.Key {
+						windows = append(windows, o.Window)
+						shortest, longest = min(shortest, o.Window.Period), max(longest, o.Window.Period)
+					}
+				}
+				typ, err := redistest.Do(ctx, env.Addr, "TYPE", l.Key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := "none"
+				if write && stringKey(windows...) {
+					want = "string"
+				} else if write {
+					want = "zset"
+				}
+				if typ != want {
+					t.Errorf("%s, write %t: key %q of windows %+v is a %v, want a %s", tc.name, write, l.Key, windows, typ, want)
+				}
+				if !write {
+					continue
+				}
+				ttl, err := redistest.Do(ctx, env.Addr, "PTTL", l.Key)
+				n, _ := ttl.(int64)
+				if err != nil || n <= 0 || n > longest.Milliseconds() || len(windows) > 1 && n <= shortest.Milliseconds() {
+					t.Errorf("%s: key %q of windows %+v: PTTL %v (%v), want within the longest period %s", tc.name, l.Key, windows, ttl, err, longest)
+				}
+				if typ == "zset" {
+					n, err := redistest.Do(ctx, env.Addr, "ZCARD", l.Key)
+					if err != nil || n != int64(1) {
+						t.Errorf("%s: key %q: ZCARD %v (%v), want the call's 1 member", tc.name, l.Key, n, err)
+					}
 				}
 			}
 		}
-	}
-	if len(all[1]) != 6 {
-		t.Errorf("the demo's search decided %d windows, want 6", len(all[1]))
+		if tc.name == "demo" && len(set) != 6 {
+			t.Errorf("the demo's search decided %d windows, want 6", len(set))
+		}
 	}
 }
 
