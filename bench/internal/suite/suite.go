@@ -77,7 +77,7 @@ type Shape struct {
 	Contenders []Contender
 }
 
-// Shapes returns every shape, in report order. The floor script comes
+// Shapes returns every shape, in report order. The floor scripts come
 // last in each: the ratios of the summary are to a shape's first peer.
 //
 // sluice's store and the floor script send each sliding-log shape in the
