@@ -470,7 +470,7 @@ func measureOne(ctx context.Context, srv *server.Server, env *suite.Env, o *opti
 	}
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 	return &report.Measurement{
-		Shape: shape.Name, ShapeTitle: shape.Title, Keys: shape.Keys, Hot: shape.Hot,
+		Shape: shape.Name, ShapeTitle: shape.Title, Keys: shape.Keys, Windows: shape.Windows, Hot: shape.Hot,
 		Contender: ct.Name, Sluice: ct.Sluice, Concurrency: c, Population: len(env.Population.Clients),
 		Ops: res.Ops, Allowed: res.Allowed, Refused: res.Refused, Errors: res.Errors, FirstError: res.FirstError,
 		Seconds: res.Elapsed.Seconds(), PerSecond: res.PerSecond(),

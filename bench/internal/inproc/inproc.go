@@ -1,8 +1,9 @@
 // Package inproc holds the in-process benchmarks: sluice's local store
 // beside golang.org/x/time/rate and sethvargo/go-limiter on one key of a
-// population of 10 000, the local store on the nine keys of a fully
-// identified request, and a whole request through the HTTP middleware on
-// the local store. They are testing.B functions, run by `go test
+// population of 10 000, the local store on the nine windows of a fully
+// identified request (nine GCRA keys, or nine sliding-log windows on five
+// shared logs, docs/adr/015), and a whole request through the HTTP
+// middleware on the local store. They are testing.B functions, run by `go test
 // -bench` (inproc_test.go) and by sluicebench through testing.Benchmark, so
 // that the report's numbers come from the same run as its Redis ones.
 //
@@ -31,23 +32,28 @@ import (
 )
 
 // Population sizes: the one-key benchmarks spread over OneKeyClients keys,
-// the nine-key ones over NineKeyClients clients (nine keys each).
+// the nine-window ones over NineKeyClients clients (nine GCRA keys, or
+// five sliding logs, each).
 const (
 	OneKeyClients  = 10_000
 	NineKeyClients = 1_000
 )
 
 // Windows no benchmark reaches: a million a second per key. The sliding
-// log's period is short so that a log stays small at millions of decisions
-// a second.
+// logs' periods are short so that a log stays small at millions of
+// decisions a second; logSustained is the longer window a principal's
+// log serves beside log in the nine-window shape (a window of its own:
+// one log may not serve the same window twice).
 var (
-	gcra = domain.Window{Name: domain.WindowBurst, Limit: 1_000_000, Period: time.Second, Algorithm: domain.GCRA}
-	log  = domain.Window{Name: domain.WindowBurst, Limit: 100_000, Period: 100 * time.Millisecond, Algorithm: domain.SlidingLog}
+	gcra         = domain.Window{Name: domain.WindowBurst, Limit: 1_000_000, Period: time.Second, Algorithm: domain.GCRA}
+	log          = domain.Window{Name: domain.WindowBurst, Limit: 100_000, Period: 100 * time.Millisecond, Algorithm: domain.SlidingLog}
+	logSustained = domain.Window{Name: domain.WindowSustained, Limit: 100_000, Period: 200 * time.Millisecond, Algorithm: domain.SlidingLog}
 )
 
 // Benchmark is one in-process benchmark.
 type Benchmark struct {
-	// Shape is "1 key of 10k" or "9 keys"; Contender names the library.
+	// Shape is "1 key of 10k", "9 windows" or "HTTP middleware";
+	// Contender names the library.
 	Shape, Contender string
 	// Sluice tells sluice's own contenders from its peers.
 	Sluice bool
@@ -63,7 +69,7 @@ func (bm Benchmark) Name() string {
 	if bm.Parallel {
 		mode = "parallel"
 	}
-	shape := map[string]string{ShapeOne: "1key", ShapeNine: "9keys", ShapeHTTP: "http"}[bm.Shape]
+	shape := map[string]string{ShapeOne: "1key", ShapeNine: "9windows", ShapeHTTP: "http"}[bm.Shape]
 	return fmt.Sprintf("%s/%s/%s", shape, slug(bm.Contender), mode)
 }
 
@@ -88,8 +94,11 @@ func slug(s string) string {
 
 // Shapes of the in-process benchmarks.
 const (
-	ShapeOne  = "1 key of 10k"
-	ShapeNine = "9 keys"
+	ShapeOne = "1 key of 10k"
+	// ShapeNine is a fully identified request: nine GCRA keys, or nine
+	// sliding-log windows on five keys (each principal's burst and
+	// sustained windows sharing one log, docs/adr/015).
+	ShapeNine = "9 windows"
 	// ShapeHTTP is a request through the HTTP middleware.
 	ShapeHTTP = "HTTP middleware"
 	// HTTPOtel is the middleware with the production Recorder, the
@@ -110,7 +119,7 @@ func Benchmarks() []Benchmark {
 		{ShapeOne, "go-limiter", false, goLimiterOp},
 		{ShapeOne, "x/time/rate", false, timeRateOp},
 		{ShapeNine, "sluice local (GCRA)", true, localOp(9, gcra)},
-		{ShapeNine, "sluice local (sliding log)", true, localOp(9, log)},
+		{ShapeNine, "sluice local (sliding log)", true, localOp(9, log, logSustained)},
 		{ShapeHTTP, HTTPOtel, true, httpOp(true)},
 		{ShapeHTTP, "sluice httpmw (discarding Recorder)", true, httpOp(false)},
 	}
@@ -163,9 +172,12 @@ func population(b *testing.B) *suite.Population {
 	return pop
 }
 
-// localOp is sluice's local store: one Evaluate of the client's key (or
-// nine keys) under w.
-func localOp(keys int, w domain.Window) func(b *testing.B) func(i int) {
+// localOp is sluice's local store: one Evaluate of the client's key under
+// w, or of its nine windows: under w alone, nine keys, or with a second
+// (longer) sliding-log window, nine windows in the shared layout of
+// docs/adr/015 (Identity.NineShared), w the burst and the second the
+// sustained window of each principal and the tenant-global window.
+func localOp(keys int, w ...domain.Window) func(b *testing.B) func(i int) {
 	return func(b *testing.B) func(i int) {
 		st, err := local.New(local.Config{})
 		if err != nil {
@@ -179,13 +191,7 @@ func localOp(keys int, w domain.Window) func(b *testing.B) func(i int) {
 		}
 		sets := make([][]domain.Limit, n)
 		for i := range sets {
-			ks := p.Clients[i].One
-			if keys > 1 {
-				ks = p.Clients[i].Nine
-			}
-			for _, k := range ks {
-				sets[i] = append(sets[i], domain.Limit{Key: k, Window: w, Cost: 1})
-			}
+			sets[i] = nineLimits(&p.Clients[i], keys, w...)
 		}
 		ctx := context.Background()
 		return func(i int) {
@@ -195,6 +201,22 @@ func localOp(keys int, w domain.Window) func(b *testing.B) func(i int) {
 			}
 		}
 	}
+}
+
+// nineLimits is localOp's request for one client (see localOp).
+func nineLimits(id *suite.Identity, keys int, w ...domain.Window) []domain.Limit {
+	if keys == 1 {
+		return []domain.Limit{{Key: id.One[0], Window: w[0], Cost: 1}}
+	}
+	ks, ws := id.Nine, suite.NineWindows(w[0], w[0])
+	if len(w) > 1 {
+		ks, ws = id.NineShared, suite.NineWindows(w[0], w[1])
+	}
+	out := make([]domain.Limit, len(ks))
+	for j, k := range ks {
+		out[j] = domain.Limit{Key: k, Window: ws[j], Cost: 1}
+	}
+	return out
 }
 
 // goLimiterOp is sethvargo/go-limiter's memorystore: Take on the client's

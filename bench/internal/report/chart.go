@@ -19,11 +19,12 @@ const (
 // palette gives each contender its colour; sluice's lines are solid, the
 // peers' dashed.
 var palette = map[string]string{
-	sluiceStore:     "#1f77b4",
-	sluiceLimiter:   "#2ca02c",
-	redisRateName:   "#d62728",
-	plainScriptName: "#ff7f0e",
-	floorName:       "#7f7f7f",
+	sluiceStore:        "#1f77b4",
+	sluiceLimiter:      "#2ca02c",
+	redisRateName:      "#d62728",
+	plainScriptName:    "#ff7f0e",
+	floorName:          "#7f7f7f",
+	floorPerWindowName: "#bcbd22",
 }
 
 // Chart writes an SVG with two panels per shape: decisions/s (linear) and

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -236,5 +237,33 @@ func TestHTTPTargetSaysHowFarTheRateHeld(t *testing.T) {
 	r.HTTP.TargetRate = 3000
 	if tg := target(t, r, "HTTP load test"); tg.Met || tg.Miss != "held up to 1.0k/s only; 3.0k/s was not driven" {
 		t.Errorf("a target rate not driven: met %t, miss %q", tg.Met, tg.Miss)
+	}
+}
+
+// TestFloorOfEachLayout checks the floor table and target on a shape that
+// shares logs: sluice's store is read against the floor of its own layout
+// (the floor script), the plain script against the per-window floor (its
+// one key per window), the per-window floor against the shared one; the
+// target reads the shared floor even where the per-window floor is higher.
+func TestFloorOfEachLayout(t *testing.T) {
+	r := sampleRun(1)
+	perWindow := Measurement{Shape: "log-9", ShapeTitle: "log-9", Contender: floorPerWindowName, Concurrency: 64, Ops: 1000, ScriptCalls: 1000, ScriptMicros: 32_000}
+	plain := &r.Redis[slices.IndexFunc(r.Redis, func(m Measurement) bool { return m.Shape == "log-9" && m.Contender == plainScriptName })]
+	plain.ScriptMicros = 40_000
+	r.Redis = append(r.Redis, perWindow)
+	var b strings.Builder
+	r.writeFloor(&b)
+	for _, row := range []string{
+		"| log-9 | **sluice store** | 26.0 | 20.0 (floor script) | 1.30× |",
+		"| log-9 | plain script | 40.0 | 32.0 (floor script, one key per window) | 1.25× |",
+		"| log-9 | floor script, one key per window | 32.0 | 20.0 (floor script) | 1.60× |",
+		"| log-2 |", // absent: no floor measured
+	} {
+		if want := !strings.HasPrefix(row, "| log-2"); strings.Contains(b.String(), row) != want {
+			t.Errorf("floor table has row %q: %t, want %t\n%s", row, !want, want, b.String())
+		}
+	}
+	if tg := target(t, r, "Redis time per call"); !tg.Met || !strings.Contains(tg.Got, "log-9 1.30× (26.0 vs 20.0 µs)") {
+		t.Errorf("the target reads the floor of sluice's layout: met %t, got %q", tg.Met, tg.Got)
 	}
 }

@@ -63,9 +63,14 @@ type Machine struct {
 
 // Measurement is one contender on one shape at one concurrency.
 type Measurement struct {
-	Shape       string `json:"shape"`
-	ShapeTitle  string `json:"shape_title"`
+	Shape      string `json:"shape"`
+	ShapeTitle string `json:"shape_title"`
+	// Keys is the number of keys a decision of sluice's store checks;
+	// Windows the number of windows it decides, more than Keys where
+	// sliding-log windows share a log (docs/adr/015; absent from runs
+	// before it, where the two were equal).
 	Keys        int    `json:"keys"`
+	Windows     int    `json:"windows,omitempty"`
 	Hot         bool   `json:"hot,omitempty"`
 	Contender   string `json:"contender"`
 	Sluice      bool   `json:"sluice"`

@@ -40,11 +40,19 @@ type Identity struct {
 	User, Tenant, APIKey string
 	// One is the ip's burst key (no tenant: tagged by the ip's pseudonym);
 	// Dual ADR-002's rl:{tenant} and rl:{tenant}:user:{user}; Nine four
-	// dimensions × burst and sustained, then the tenant-global window.
+	// dimensions × burst and sustained, then the tenant-global window, one
+	// key per window (the layout of GCRA windows, and of the plain script,
+	// which keeps a ZSET per window as a service writes it).
 	// BigTenant is Nine for the same ip, user and api key in BigTenant, the
 	// one tenant every client of the large-log shape belongs to, so that
 	// its tenant and tenant-global windows take every decision.
 	One, Dual, Nine, BigTenant []string
+	// NineShared and BigTenantShared are Nine and BigTenant in the shared
+	// layout of sliding logs (docs/adr/015), window for window: the burst
+	// and sustained windows of each principal name one key, its sustained
+	// window's (the longer period names the log, as the Limiter names it),
+	// and the tenant-global window keeps its own: 9 windows on 5 keys.
+	NineShared, BigTenantShared []string
 }
 
 // BigTenant is the tenant of every client in the large-log shape.
@@ -111,18 +119,26 @@ func newIdentity(ps *domain.Pseudonymiser, i int) Identity {
 		}
 		return domain.KeyParts{Tag: tag, Dimension: d, ID: id, RouteKey: rk, Window: window}.Key()
 	}
-	nine := func(tenant string) []string {
+	// nine is the four principals' burst and sustained windows, then the
+	// tenant-global one. With shared, both windows of a principal name
+	// the key of its sustained window, the one with the longer period in
+	// every shape that sends them (NineWindows, largeWindows).
+	nine := func(tenant string, shared bool) []string {
+		burst := domain.WindowBurst
+		if shared {
+			burst = domain.WindowSustained
+		}
 		var keys []string
 		for _, d := range []domain.Dimension{domain.DimensionIP, domain.DimensionUser, domain.DimensionAPIKey, domain.DimensionTenant} {
-			keys = append(keys, key(tenant, d, domain.WindowBurst), key(tenant, d, domain.WindowSustained))
+			keys = append(keys, key(tenant, d, burst), key(tenant, d, domain.WindowSustained))
 		}
 		return append(keys, key(tenant, domain.DimensionTenantGlobal, domain.WindowSustained))
 	}
 	id.One = []string{key(pid[domain.DimensionIP], domain.DimensionIP, domain.WindowBurst)}
-	tenant := pid[domain.DimensionTenant]
+	tenant, big := pid[domain.DimensionTenant], ps.Pseudonymise(domain.DimensionTenant, BigTenant)
 	id.Dual = []string{domain.TenantKey(tenant), domain.TenantUserKey(tenant, pid[domain.DimensionUser])}
-	id.Nine = nine(tenant)
-	id.BigTenant = nine(ps.Pseudonymise(domain.DimensionTenant, BigTenant))
+	id.Nine, id.NineShared = nine(tenant, false), nine(tenant, true)
+	id.BigTenant, id.BigTenantShared = nine(big, false), nine(big, true)
 	return id
 }
 

@@ -14,6 +14,8 @@ package suite
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/app"
@@ -62,8 +64,10 @@ type Shape struct {
 	Name string
 	// Title describes the shape in a table.
 	Title string
-	// Keys is the number of keys one decision checks.
-	Keys int
+	// Keys is the number of keys one decision of sluice's store checks,
+	// and Windows the number of windows it decides: more windows than
+	// keys where sliding-log windows share a log (docs/adr/015).
+	Keys, Windows int
 	// Hot marks the hot-key shape, the one whose requests are refused.
 	Hot bool
 	// Population, when positive, is the number of clients this shape
@@ -73,51 +77,62 @@ type Shape struct {
 	Contenders []Contender
 }
 
-// Shapes returns every shape, in report order. The floor script comes
+// Shapes returns every shape, in report order. The floor scripts come
 // last in each: the ratios of the summary are to a shape's first peer.
+//
+// sluice's store and the floor script send each sliding-log shape in the
+// shared layout of docs/adr/015 (a principal's burst and sustained windows
+// on one log, named by the longer period's key, as the Limiter names it);
+// the plain script keeps one key per window, as a service writes it, and
+// GCRA windows never share a key. The Limiter, and so the demo shape,
+// sends whatever layout the app's configuration defaults to.
 func Shapes() []Shape {
 	one := perClient(func(id *Identity) []string { return id.One }, burstLog)
 	oneGCRA := perClient(func(id *Identity) []string { return id.One }, burstGCRA)
 	dual := perClient(func(id *Identity) []string { return id.Dual }, burstLog)
 	dualGCRA := perClient(func(id *Identity) []string { return id.Dual }, burstGCRA)
-	nine := perClient(func(id *Identity) []string { return id.Nine }, nineWindows(burstLog, sustainedLog)...)
-	nineGCRA := perClient(func(id *Identity) []string { return id.Nine }, nineWindows(burstGCRA, sustainedGCR)...)
+	nine := perClient(func(id *Identity) []string { return id.Nine }, NineWindows(burstLog, sustainedLog)...)
+	nineShared := perClient(func(id *Identity) []string { return id.NineShared }, NineWindows(burstLog, sustainedLog)...)
+	nineGCRA := perClient(func(id *Identity) []string { return id.Nine }, NineWindows(burstGCRA, sustainedGCR)...)
 	large := perClient(func(id *Identity) []string { return id.BigTenant }, largeWindows()...)
+	largeShared := perClient(func(id *Identity) []string { return id.BigTenantShared }, largeWindows()...)
 	hot := func(env *Env) ([][]domain.Limit, error) {
 		return [][]domain.Limit{limits(env.Population.Hot.One, hotWindow)}, nil
 	}
 	demoConfig := func(env *Env) (app.Config, error) { return DemoConfig(env.DemoConfig) }
 	demo := limiterLimits(demoConfig, demoRequest)
 	return []Shape{
-		{Name: "gcra-1", Title: "1 key, GCRA", Keys: 1, Contenders: []Contender{
+		{Name: "gcra-1", Title: "1 key, GCRA", Keys: 1, Windows: 1, Contenders: []Contender{
 			sluiceStore(oneGCRA), redisRate(false), floorScript(oneGCRA, true),
 		}},
-		{Name: "log-1", Title: "1 key, sliding log", Keys: 1, Contenders: []Contender{
+		{Name: "log-1", Title: "1 key, sliding log", Keys: 1, Windows: 1, Contenders: []Contender{
 			sluiceStore(one), plainScript(one), redisRate(false), floorScript(one, true),
 		}},
-		{Name: "hot", Title: "1 hot key, GCRA, > 99 % refused", Keys: 1, Hot: true, Contenders: []Contender{
+		{Name: "hot", Title: "1 hot key, GCRA, > 99 % refused", Keys: 1, Windows: 1, Hot: true, Contenders: []Contender{
 			sluiceLimiter(benchConfig, hotRequest, true), sluiceStore(hot), redisRate(true), floorScript(hot, false),
 		}},
-		{Name: "log-2", Title: "2 keys, sliding log (AllowDual)", Keys: 2, Contenders: []Contender{
+		{Name: "log-2", Title: "2 keys, sliding log (AllowDual)", Keys: 2, Windows: 2, Contenders: []Contender{
 			sluiceLimiter(benchConfig, dualRequest, false), sluiceStore(dual), plainScript(dual), redisRate(false), floorScript(dual, true),
 		}},
-		{Name: "gcra-2", Title: "2 keys, GCRA", Keys: 2, Contenders: []Contender{
+		{Name: "gcra-2", Title: "2 keys, GCRA", Keys: 2, Windows: 2, Contenders: []Contender{
 			sluiceStore(dualGCRA), plainScript(dual), redisRate(false), floorScript(dualGCRA, true),
 		}},
-		{Name: "log-9", Title: "9 keys, sliding log", Keys: 9, Contenders: []Contender{
-			sluiceLimiter(benchConfig, nineRequest, false), sluiceStore(nine), plainScript(nine), floorScript(nine, true),
+		{Name: "log-9", Title: "9 windows on 5 keys, sliding log (shared logs)", Keys: 5, Windows: 9, Contenders: []Contender{
+			sluiceLimiter(benchConfig, nineRequest, false), sluiceStore(nineShared), plainScript(nine), floorScript(nineShared, true), floorPerWindow(nine),
 		}},
-		{Name: "gcra-9", Title: "9 keys, GCRA", Keys: 9, Contenders: []Contender{
+		{Name: "gcra-9", Title: "9 keys, GCRA", Keys: 9, Windows: 9, Contenders: []Contender{
 			sluiceStore(nineGCRA), plainScript(nine), redisRate(false), floorScript(nineGCRA, true),
 		}},
-		{Name: "log-9-large", Title: "9 keys, sliding log above the compact bound (ZSETs), one big tenant", Keys: 9, Contenders: []Contender{
-			sluiceStore(large), plainScript(large), floorScript(large, true),
+		{Name: "log-9-large", Title: "9 windows on 5 keys, sliding log above the compact bound (ZSETs, shared logs), one big tenant", Keys: 5, Windows: 9, Contenders: []Contender{
+			sluiceStore(largeShared), plainScript(large), floorScript(largeShared, true), floorPerWindow(large),
 		}},
-		{Name: "envoy", Title: "Envoy ShouldRateLimit, 2 descriptors (tenant, user)", Keys: 2, Contenders: []Contender{
+		{Name: "envoy", Title: "Envoy ShouldRateLimit, 2 descriptors (tenant, user)", Keys: 2, Windows: 2, Contenders: []Contender{
 			sluiceRLS("sluice RLS", "sliding_log"), sluiceRLS("sluice RLS, GCRA", "gcra"), fixedWindowRLS(),
 		}},
-		{Name: "demo", Title: "the demo's search profile (6 windows, both algorithms)", Keys: 6, Population: DemoPopulation, Contenders: []Contender{
-			sluiceLimiter(demoConfig, demoRequest, false), sluiceStore(demo), plainScript(demo), floorScript(demo, true),
+		// The demo's keys are the Limiter's: 5 in the shared layout (the
+		// tenant's two sliding logs on one key), 6 in the per-window one.
+		{Name: "demo", Title: "the demo's search profile (6 windows, both algorithms)", Keys: 5, Windows: 6, Population: DemoPopulation, Contenders: []Contender{
+			sluiceLimiter(demoConfig, demoRequest, false), sluiceStore(demo), plainScript(perWindowSets(demo)), floorScript(demo, true), floorPerWindow(demo),
 		}},
 	}
 }
@@ -138,10 +153,10 @@ func perClient(pick func(*Identity) []string, windows ...domain.Window) keyset {
 	}
 }
 
-// nineWindows are the windows of the nine keys, in Identity.Nine's order:
-// burst and sustained per dimension, then the tenant-global sustained
-// window.
-func nineWindows(burst, sustained domain.Window) []domain.Window {
+// NineWindows are the windows of a fully identified request, in
+// Identity.Nine's (and NineShared's) order: burst and sustained per
+// dimension, then the tenant-global sustained window.
+func NineWindows(burst, sustained domain.Window) []domain.Window {
 	return []domain.Window{burst, sustained, burst, sustained, burst, sustained, burst, sustained, sustained}
 }
 
@@ -159,4 +174,38 @@ func largeWindows() []domain.Window {
 	tenantBurst := domain.Window{Name: domain.WindowBurst, Limit: domain.MaxSlidingLogLimit, Period: time.Second, Algorithm: domain.SlidingLog}
 	tenantSustained := domain.Window{Name: domain.WindowSustained, Limit: domain.MaxSlidingLogLimit, Period: 2 * time.Second, Algorithm: domain.SlidingLog}
 	return []domain.Window{burst, sustained, burst, sustained, burst, sustained, tenantBurst, tenantSustained, tenantSustained}
+}
+
+// perWindowSets is sets in the per-window layout (perWindow).
+func perWindowSets(sets keyset) keyset {
+	return func(env *Env) ([][]domain.Limit, error) {
+		all, err := sets(env)
+		if err != nil {
+			return nil, err
+		}
+		out := make([][]domain.Limit, len(all))
+		for i, set := range all {
+			out[i] = perWindow(set)
+		}
+		return out, nil
+	}
+}
+
+// perWindow returns a copy of set in which every window that shares a
+// log with another (docs/adr/015) has a key of its own, the one the
+// per-window layout names it by: the shared key with its last part (the
+// window name of domain.KeyParts) replaced by the window's own name. A
+// request in which no key is shared comes back as it was.
+func perWindow(set []domain.Limit) []domain.Limit {
+	out := slices.Clone(set)
+	for i := range set {
+		shared := false
+		for j := range set {
+			shared = shared || (j != i && set[j].Key == set[i].Key)
+		}
+		if k := set[i].Key; shared {
+			out[i].Key = k[:strings.LastIndexByte(k, ':')+1] + set[i].Window.Name
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package suite
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -15,7 +16,8 @@ import (
 	"github.com/sluicehq/sluice/ports/recordertest"
 )
 
-// keyRecorder is a store that remembers the keys of the last Evaluate.
+// keyRecorder is a store that remembers the keys of the last Evaluate,
+// each with the window it served (key|window|limit|period).
 type keyRecorder struct {
 	ports.Store
 	mu   sync.Mutex
@@ -26,15 +28,21 @@ func (k *keyRecorder) Evaluate(ctx context.Context, now time.Time, limits []doma
 	k.mu.Lock()
 	k.keys = k.keys[:0]
 	for _, l := range limits {
-		k.keys = append(k.keys, l.Key)
+		k.keys = append(k.keys, keyWindow(l))
 	}
 	k.mu.Unlock()
 	return k.Store.Evaluate(ctx, now, limits)
 }
 
+func keyWindow(l domain.Limit) string {
+	return fmt.Sprintf("%s|%s|%d|%s", l.Key, l.Window.Name, l.Window.Limit, l.Window.Period)
+}
+
 // TestBareStoreKeysAreTheLimiters checks that the bare stores are given
 // the keys the Limiter builds for the same client and shape, so that the
-// two contenders differ by the pipeline alone.
+// two contenders differ by the pipeline alone: for the nine windows, the
+// shared layout of docs/adr/015, the app's default (9 windows on 5 keys,
+// each key as many times as windows name it).
 func TestBareStoreKeysAreTheLimiters(t *testing.T) {
 	newLocal := func() *local.Store {
 		s, err := local.New(local.Config{})
@@ -58,9 +66,11 @@ func TestBareStoreKeysAreTheLimiters(t *testing.T) {
 		name string
 		req  decide
 		keys func(*Identity) []string
+		// windows is the bare store's windows in keys' order.
+		windows []domain.Window
 	}{
-		{"nine windows", nineRequest, func(id *Identity) []string { return id.Nine }},
-		{"AllowDual", dualRequest, func(id *Identity) []string { return id.Dual }},
+		{"nine windows", nineRequest, func(id *Identity) []string { return id.NineShared }, NineWindows(burstLog, sustainedLog)},
+		{"AllowDual", dualRequest, func(id *Identity) []string { return id.Dual }, []domain.Window{burstLog}},
 	} {
 		for i := range pop.Clients {
 			id := &pop.Clients[i]
@@ -68,7 +78,11 @@ func TestBareStoreKeysAreTheLimiters(t *testing.T) {
 			if out, oerr := outcome(d); err != nil || oerr != nil || out != load.Allowed {
 				t.Fatalf("%s, client %d: decision %s (%s), %v, %v", tc.name, i, d.State, d.Cause, err, oerr)
 			}
-			got, want := slices.Sorted(slices.Values(rec.keys)), slices.Sorted(slices.Values(tc.keys(id)))
+			var bare []string
+			for _, l := range limits(tc.keys(id), tc.windows...) {
+				bare = append(bare, keyWindow(l))
+			}
+			got, want := slices.Sorted(slices.Values(rec.keys)), slices.Sorted(slices.Values(bare))
 			if !slices.Equal(got, want) {
 				t.Errorf("%s, client %d: the Limiter used\n%q\nthe bare store is given\n%q", tc.name, i, got, want)
 			}
