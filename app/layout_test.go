@@ -48,6 +48,10 @@ func layoutConfig(layout app.LogLayout) app.Config {
 		// Every answer comes from the store: the layouts are compared call
 		// by call.
 		RefusalCacheSize: -1,
+		// A comparison, not a test of deadlines: under the race detector
+		// on a loaded machine a call split across partitions once took
+		// longer than the default 50 ms, and that one answer was degraded.
+		StoreTimeout: 10 * time.Second,
 		Profiles: []app.ProfileConfig{
 			{Name: "nine", Family: domain.FamilyRead, Routes: []string{routeNine}, Windows: app.WindowsConfig{
 				IP: pair(50, 500), User: pair(5, 100), APIKey: pair(20, 200), Tenant: pair(40, 400),
