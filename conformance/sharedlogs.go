@@ -223,6 +223,9 @@ func sharedLogAnswersAsWindowsOfTheirOwn(e *env) {
 	rs, _ := e.store.(ports.Reserver)
 	s := time.Second
 	for _, sh := range sharedLogShapes {
+		if e.compact && sh.name != "Compact" {
+			continue
+		}
 		for seed := uint64(1); seed <= sh.seeds; seed++ {
 			name := fmt.Sprintf("%s/seed%d", sh.name, seed)
 			// One timeline after another: a store that serialises its
