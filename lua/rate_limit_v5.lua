@@ -260,14 +260,15 @@ end
 -- EvaluateRepeated (op 0, consuming) whose every window is a sliding
 -- log, either every one above the compact bound (every key a ZSET by its
 -- windows: the large-log shape) or every one at or below it (every key a
--- compact string log: the log-9 shape; from 1970 on, as the compact
--- encoding wants). Each reads, decides, replies and writes exactly as
--- the general path below does for those keys, in one pass over the
--- limits with a few locals instead of the state tables; a key that
--- turns out to hold something else (a string under large windows, a
--- ZSET or a GCRA state under compact ones) sends the call on to the
--- path it would otherwise take, which reads it again (nothing is
--- written before). One loop over the limits chooses.
+-- compact string log, in a request that shares a key: the log-9 shape;
+-- from 1970 on, as the compact encoding wants; one-window keys run v4's
+-- own code below, which costs the same). Each reads, decides, replies
+-- and writes exactly as the general path below does for those keys, in
+-- one pass over the limits with a few locals instead of the state
+-- tables; a key that turns out to hold something else (a string under
+-- large windows, a ZSET or a GCRA state under compact ones) sends the
+-- call on to the path it would otherwise take, which reads it again
+-- (nothing is written before). One loop over the limits chooses.
 local fast, cfast = false, false
 if consume and not leased then
   local big = 0
@@ -282,7 +283,7 @@ if consume and not leased then
     end
   end
   fast = big == n
-  cfast = big == 0 and now >= 0
+  cfast = big == 0 and now >= 0 and u < n
 end
 if fast then
   -- Per key: the newest unit (false: none), the longest period, the
