@@ -131,9 +131,14 @@ for batch = 1, batches do
         end
         x.fn(ks, a)
       else
+        -- floor.lua's arguments: each key's TTL, then (ZSET keys) each
+        -- key's one window.
         local a = {COMPACT and '9' or '0', '1', 'm' .. nonce, 'x'}
         for i = 1, 9 do
-          a[#a + 1], a[#a + 2] = W[i][2] / 1000, W[i][2]
+          a[4 + i] = W[i][2] / 1000
+        end
+        for i = 1, COMPACT and 0 or 9 do
+          a[#a + 1], a[#a + 2] = 1, W[i][2]
         end
         x.fn(ks, a)
       end
