@@ -245,3 +245,95 @@ func logLoop(b *testing.B, shape, name string) {
 	}
 	b.Log(table.String())
 }
+
+// compactSizeLoop drives BenchmarkCompactLogSize inside one EVAL: the
+// log-9 shape's shared layout (9 windows on 5 compact logs, 1 000 clients)
+// with every key prefilled with ARGV[1] units spread over the last 9 s,
+// so that the logs hold what the bench's do (about 130 units a key)
+// rather than the few of BenchmarkCompactLogLoop. F is the contender.
+const compactSizeLoop = `
+local pack = struct.pack
+local units = tonumber(ARGV[1])
+local W = {{1000, 1000000}, {1000, 10000000}, {1000, 1000000}, {1000, 10000000},
+  {1000, 1000000}, {1000, 10000000}, {1000, 1000000}, {1000, 10000000}, {1000, 10000000}}
+local S = {1, 1, 2, 2, 3, 3, 4, 4, 5}
+local hdr = pack('>i8BI4I4i8I4', 0, 3, 1000, 1024, 0, 1)
+for i = 1, 9 do
+  hdr = hdr .. pack('>BI4i8I4', 4 * S[i], W[i][1], W[i][2], 1)
+end
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+for j = 0, 999 do
+  local parts = {'\1'}
+  for m = 1, units do
+    parts[#parts + 1] = pack('>I7', now - 9000000 + m * math.floor(9000000 / (units + 1)))
+  end
+  local v = table.concat(parts)
+  for k = 1, 5 do
+    redis.call('SET', 'c:{t}:' .. j .. ':' .. k, v, 'PX', 60000)
+  end
+end
+local res = {}
+for batch = 1, 21 do
+  local t0 = redis.call('TIME')
+  for c = 1, 150 do
+    local j = (batch * 150 + c) % 1000
+    local ks = {}
+    for k = 1, 5 do
+      ks[k] = 'c:{t}:' .. j .. ':' .. k
+    end
+    F(ks, {hdr, 'n' .. batch .. ':' .. c})
+  end
+  local t1 = redis.call('TIME')
+  res[batch] = ((t1[1] - t0[1]) * 1000000 + (t1[2] - t0[2])) / 150
+end
+table.sort(res)
+return {string.format('%.1f', res[1]), string.format('%.1f', res[11])}
+`
+
+// compactSizeFloor is the commands of the compact shared layout with no
+// logic, on the logs' own values: TIME, one MGET of the 5 keys, and per
+// key one SET PX of its value and one new unit (the bench's floor writes
+// a 16-byte value whatever the log).
+const compactSizeFloor = `
+local t = redis.call('TIME')
+local got = redis.call('MGET', unpack(KEYS))
+local r = struct.pack('>I7', t[1] * 1000000 + t[2])
+for k = 1, #KEYS do
+  redis.call('SET', KEYS[k], (got[k] or '\1') .. r, 'PX', 10000)
+end
+return 1
+`
+
+// BenchmarkCompactLogSize measures what the compact logs' size costs
+// (docs/adr/016, "Second round"): rate_limit_v5 on the shared layout of
+// log-9 and compactSizeFloor, each on 5 keys × 1 000 clients prefilled
+// with 5 and with 130 units. It prints the least and the median batch in
+// µs per call; nothing is asserted about time.
+//
+//	go test -run '^$' -bench BenchmarkCompactLogSize -benchtime 1x ./adapters/redis/
+func BenchmarkCompactLogSize(b *testing.B) {
+	srv := redistest.NewServer(b)
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	require.NoError(b, err)
+	b.Cleanup(client.Close)
+	var table strings.Builder
+	table.WriteString("\nlog-9 shared, compact logs of 5 and 130 units, inside one EVAL, Redis µs per call (least / median of 21 batches of 150 calls)\n" +
+		"| run | v5, 5 units | v5, 130 units | floor, 5 units | floor, 130 units |\n|---|---|---|---|---|\n")
+	for run := range b.N {
+		var cells []string
+		for _, c := range []string{lua.RateLimitV5, compactSizeFloor} {
+			for _, units := range []string{"5", "130"} {
+				require.NoError(b, client.Do(b.Context(), client.B().Flushall().Build()).Error())
+				src := "local F = function(KEYS, ARGV)\n" + c + "\nend\n" + compactSizeLoop
+				ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
+				f, err := client.Do(ctx, client.B().Eval().Script(src).Numkeys(0).Arg(units).Build()).AsStrSlice()
+				cancel()
+				require.NoError(b, err)
+				cells = append(cells, f[0]+" / "+f[1])
+			}
+		}
+		fmt.Fprintf(&table, "| %d | %s |\n", run+1, strings.Join(cells, " | "))
+	}
+	b.Log(table.String())
+}
