@@ -89,4 +89,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5. A test checks it against the
 // embedded text.
-const RateLimitV5SHA1 = "44ac6378801cec004160322b0ca6609f11fc2464"
+const RateLimitV5SHA1 = "6ee52321effea6195c18a2623e6b0ddefcbc652c"

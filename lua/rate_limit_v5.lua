@@ -64,12 +64,14 @@
 --     admission), refunded or charged once by Settle.
 -- A key named by one limit is that rule with P its window's period: v4's.
 --
--- Three paths, one answer (docs/adr/016-redis-script-v5.md): a request
--- whose every key is named by one limit, limit i on KEYS[i], runs v4's
--- own code (below "The per-window layout"); Evaluate on sliding logs
--- above the compact bound alone runs the fast path; everything else the
--- general path. Each gives, for the same units, the same replies and
--- writes.
+-- Four paths, one answer (docs/adr/016-redis-script-v5.md): Evaluate on
+-- sliding logs above the compact bound alone runs the large-log fast
+-- path; Evaluate on sliding logs at or below it alone, with a key shared,
+-- the compact fast path; any other request whose every key is named by
+-- one limit, limit i on KEYS[i], v4's own code (below "The per-window
+-- layout"); everything else the general path. Each gives, for the same
+-- units, the same replies; each writes the same units, and the same
+-- bytes in a compact log.
 --
 -- Op 0 (Evaluate, Peek): the n requests are decided in order, each all
 -- or nothing, as n calls of one request would be: the first A (the
