@@ -64,12 +64,14 @@
 --     admission), refunded or charged once by Settle.
 -- A key named by one limit is that rule with P its window's period: v4's.
 --
--- Three paths, one answer (docs/adr/016-redis-script-v5.md): a request
--- whose every key is named by one limit, limit i on KEYS[i], runs v4's
--- own code (below "The per-window layout"); Evaluate on sliding logs
--- above the compact bound alone runs the fast path; everything else the
--- general path. Each gives, for the same units, the same replies and
--- writes.
+-- Four paths, one answer (docs/adr/016-redis-script-v5.md): Evaluate on
+-- sliding logs above the compact bound alone runs the large-log fast
+-- path; Evaluate on sliding logs at or below it alone, with a key shared,
+-- the compact fast path; any other request whose every key is named by
+-- one limit, limit i on KEYS[i], v4's own code (below "The per-window
+-- layout"); everything else the general path. Each gives, for the same
+-- units, the same replies; each writes the same units, and the same
+-- bytes in a compact log.
 --
 -- Op 0 (Evaluate, Peek): the n requests are decided in order, each all
 -- or nothing, as n calls of one request would be: the first A (the
@@ -256,27 +258,50 @@ local function settat(key, tat, t)
   end
 end
 
--- The fast path (docs/adr/016, "Performance"): Evaluate and
--- EvaluateRepeated (op 0, consuming) whose every window is a sliding log
--- above the compact bound, so that every key is a ZSET by its windows
--- (the large-log shape). It reads, decides, replies and writes exactly
--- as the general path below does for those keys, in one pass over the
--- limits with a few locals instead of the state tables; a key that
--- turns out to hold a string (WRONGTYPE) sends the call to the general
--- path, which reads it again (nothing is written before).
-local fast = consume and not leased
-if fast then
+-- The fast paths (docs/adr/016, "Performance"): Evaluate and
+-- EvaluateRepeated (op 0, consuming) whose every window is a sliding
+-- log, either every one above the compact bound (every key a ZSET by its
+-- windows: the large-log shape) or every one at or below it (every key a
+-- compact string log, in a request that shares a key: the log-9 shape;
+-- from 1970 on, as the compact encoding wants; one-window keys run v4's
+-- own code below, which costs the same). Each reads, decides, replies
+-- and writes exactly as the general path below does for those keys, in
+-- one pass over the limits with a few locals instead of the state
+-- tables; a key that turns out to hold something else (a string under
+-- large windows, a ZSET or a GCRA state under compact ones) sends the
+-- call on to the path it would otherwise take, which reads it again
+-- (nothing is written before). One loop over the limits chooses.
+local fast, cfast = false, false
+if consume and not leased then
+  local big = 0
   for i = 1, n do
-    if arg[4 * i - 3] % 4 ~= 0 or arg[4 * i - 2] <= compact then
-      fast = false
+    local j = 4 * i
+    if arg[j - 3] % 4 ~= 0 then
+      big = -1
       break
     end
+    if arg[j - 2] > compact then
+      big = big + 1
+    end
   end
+  fast = big == n
+  cfast = big == 0 and now >= 0 and u < n
 end
 if fast then
   -- Per key: the newest unit (false: none), the longest period, the
-  -- cost; per limit: the units in its window and its lower bound.
-  local kn, kp, kc, cnt, lw = {}, {}, {}, {}, {}
+  -- cost; per limit: the units in its window and its lower bound. Sized
+  -- at once for up to nine windows (rehashes as they fill cost about
+  -- 1.5 µs a call).
+  local kn, kp, kc, cnt, lw
+  if n <= 9 then
+    kn = {false, false, false, false, false, false, false, false, false}
+    kp = {false, false, false, false, false, false, false, false, false}
+    kc = {false, false, false, false, false, false, false, false, false}
+    cnt = {false, false, false, false, false, false, false, false, false}
+    lw = {false, false, false, false, false, false, false, false, false}
+  else
+    kn, kp, kc, cnt, lw = {}, {}, {}, {}, {}
+  end
   local seen, A = 0, reps
   for i = 1, n do
     local j = 4 * i
@@ -340,7 +365,14 @@ if fast then
     if seen ~= u then
       return redis.error_reply('ERR sluice rate_limit_v5: every key must be named by a limit')
     end
-    local reply = {A}
+    -- Nine windows: the reply's 19 or more slots sized at once (each is
+    -- written below: false would reach the caller as nil).
+    local reply
+    if n == 9 then
+      reply = {A, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false}
+    else
+      reply = {A}
+    end
     if A < reps then
       -- A refused request's statuses, after the A admitted ones.
       local o = 1
@@ -452,6 +484,261 @@ if fast then
           redis.call('ZADD', key, unpack(args))
         end
         redis.call('PEXPIRE', key, ttl(px))
+      end
+    end
+    return reply
+  end
+end
+
+-- The compact fast path (the log-9 shape): one MGET; each key's log
+-- validated and decoded once, as the general path does; each window's
+-- count by the same search; the replies per limit; one SET PX per key.
+-- A key MGET finds holding a GCRA state, or a key it finds missing that
+-- EXISTS says is there (a ZSET log), sends the call on.
+if cfast then
+  -- Per key, 8 slots of K from 8(k-1): 1 its value (false: none), 2 its
+  -- units, 3 the first kept one, 4 its forget bound, 5 its newest unit
+  -- (false: none), 6 the longest period, 7 the cost, 8 the first limit
+  -- naming it. Per limit, lw[i]: the first unit inside its window. Both
+  -- sized at once for the common requests (as the general path's state
+  -- tables: rehashes cost more than filling them).
+  local K, lw
+  if u <= 5 then
+    K = {
+      false, false, false, false, false, false, false, false,
+      false, false, false, false, false, false, false, false,
+      false, false, false, false, false, false, false, false,
+      false, false, false, false, false, false, false, false,
+      false, false, false, false, false, false, false, false,
+    }
+  else
+    K = {}
+    for x = 1, 8 * u do
+      K[x] = false
+    end
+  end
+  if n <= 9 then
+    lw = {false, false, false, false, false, false, false, false, false}
+  else
+    lw = {}
+  end
+  local seen = 0
+  for i = 1, n do
+    local j = 4 * i
+    local k, p, c = arg[j - 3] / 4, arg[j - 1], arg[j]
+    local b = 8 * k
+    if k == seen + 1 then
+      seen = k
+      K[b - 2], K[b - 1], K[b] = p, c, i
+    elseif k < 1 or k > seen then
+      return redis.error_reply('ERR sluice rate_limit_v5: a limit names key ' .. k .. ': keys are named 1 to u, each first after the ones before it')
+    else
+      if c ~= K[b - 1] then
+        return redis.error_reply('ERR sluice rate_limit_v5: limits that share a key must be sliding logs of one cost')
+      end
+      if p > K[b - 2] then
+        K[b - 2] = p
+      end
+    end
+  end
+  if seen ~= u then
+    return redis.error_reply('ERR sluice rate_limit_v5: every key must be named by a limit')
+  end
+  local got = redis.call('MGET', unpack(KEYS))
+  local miss
+  for k = 1, u do
+    local v = got[k]
+    if v then
+      if byte(v, 1) ~= 1 then
+        cfast = false
+        break
+      end
+    else
+      miss = miss or {}
+      miss[#miss + 1] = KEYS[k]
+    end
+  end
+  if cfast and miss and redis.call('EXISTS', unpack(miss)) > 0 then
+    cfast = false
+  end
+  if cfast then
+    for k = 1, u do
+      local v, b = got[k], 8 * k
+      local m, lo, fcut, newest = 0, 0, 0, false
+      if v then
+        m = #v - 1
+        if m % 7 ~= 0 then
+          return bad(K[b], 'malformed')
+        end
+        m = m / 7
+        if m > 0 then
+          local first
+          first, newest = sunpack('>I7', v, 2), sunpack('>I7', v, 7 * m - 5)
+          if newest > horizon then
+            return bad(K[b], 'future')
+          end
+          if first > newest then
+            return bad(K[b], 'malformed')
+          end
+          -- The forget bound of the longest window (S5).
+          local latest, p, gr = now, K[b - 2], grace
+          if newest > now then
+            latest = newest
+          end
+          if gr > p then
+            gr = p
+          end
+          fcut = latest - p - gr
+          if first <= fcut then
+            lo = above(v, 1, m, fcut, nil, newest)
+          end
+        end
+      end
+      K[b - 7], K[b - 6], K[b - 5], K[b - 4], K[b - 3] = v, m, lo, fcut, newest
+    end
+    -- Each window's units: (lower, now], lower the later of now - p and
+    -- its own forget bound; and A, the least of what each window fits.
+    -- arg[4i - 3] is 4k: 8k, its key's slots' end, is twice it.
+    local A = reps
+    for i = 1, n do
+      local j = 4 * i
+      local l, p, c, b = arg[j - 2], arg[j - 1], arg[j], 2 * arg[j - 3]
+      local newest, low = K[b - 3], 0
+      if newest then
+        local latest, gr = now, grace
+        if newest > now then
+          latest = newest
+        end
+        if gr > p then
+          gr = p
+        end
+        local lower = latest - p - gr
+        if lower < now - p then
+          lower = now - p
+        end
+        low = K[b - 5]
+        if lower ~= K[b - 4] then
+          low = above(K[b - 7], low, K[b - 6], lower, nil, newest)
+        end
+      end
+      lw[i] = low
+      local room = l - (K[b - 6] - low)
+      if room < c * A then
+        if room > 0 then
+          A = (room - room % c) / c
+        else
+          A = 0
+        end
+      end
+    end
+    -- As the large-log fast path's reply.
+    local reply
+    if n == 9 then
+      reply = {A, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false}
+    else
+      reply = {A}
+    end
+    if A < reps then
+      -- A refused request's statuses, after the A admitted ones.
+      local o = 1
+      if A > 0 then
+        o = 1 + 2 * n
+      end
+      for i = 1, n do
+        local j = 4 * i
+        local l, p, c, b = arg[j - 2], arg[j - 1], arg[j], 2 * arg[j - 3]
+        local v, low, newest, used = K[b - 7], lw[i], K[b - 3], A * c
+        local count = K[b - 6] - low
+        local total, retry, reset = count + used, 0, 0
+        if total + c > l then
+          -- The need-th oldest unit of the window's units and the used
+          -- ones at now, which sort after every unit up to now.
+          local need = total + c - l
+          local first
+          if need <= count then
+            first = sunpack('>I7', v, 2 + 7 * (low + need - 1))
+          end
+          if used > 0 and not (first and first <= now) then
+            local y = need - used
+            first = now
+            if y >= 1 and v then
+              local x = sunpack('>I7', v, 2 + 7 * (low + y - 1))
+              if x > now then
+                first = x
+              end
+            end
+          end
+          retry = first + p - now
+        end
+        local remaining = l - total
+        if remaining < 0 then
+          remaining = 0
+        end
+        if total > 0 then
+          local top = newest or now
+          if used > 0 and top < now then
+            top = now
+          end
+          reset = top + p - now
+        end
+        reply[o + 1], reply[o + 2], reply[o + 3] = remaining, retry, reset
+        o = o + 3
+      end
+    end
+    if A > 0 then
+      -- Each window's figures after the A-th request, then the writes,
+      -- once per key: the kept units and the new ones at now, in order.
+      local o = 1
+      for i = 1, n do
+        local j = 4 * i
+        local b = 2 * arg[j - 3]
+        local top, newest = now, K[b - 3]
+        if newest and newest > now then
+          top = newest
+        end
+        local remaining = arg[j - 2] - (K[b - 6] - lw[i]) - A * arg[j]
+        if remaining < 0 then
+          remaining = 0
+        end
+        reply[o + 1], reply[o + 2] = remaining, top + arg[j - 1] - now
+        o = o + 2
+      end
+      local rec = pack('>I7', now)
+      for k = 1, u do
+        local b = 8 * k
+        local v, lo, newest, p, used = K[b - 7], K[b - 5], K[b - 3], K[b - 2], A * K[b - 1]
+        local top, gr = now, grace
+        if newest and newest > now then
+          top = newest
+        end
+        if gr > p then
+          gr = p
+        end
+        local px = top + p - now + gr + 999
+        px = (px - px % 1000) / 1000
+        if px < minttl then
+          px = minttl
+        end
+        local x = rec
+        if used > 1 then
+          x = rep(rec, used)
+        end
+        local w
+        if not v then
+          w = '\1' .. x
+        elseif top == now then
+          if lo == 0 then
+            w = v .. x
+          else
+            w = '\1' .. sub(v, 2 + 7 * lo) .. x
+          end
+        else
+          -- Units ahead of now (instants out of order, within the
+          -- grace): the new units go before the first of them.
+          local y = above(v, lo, K[b - 6], now, nil, newest)
+          w = '\1' .. sub(v, 2 + 7 * lo, 1 + 7 * y) .. x .. sub(v, 2 + 7 * y)
+        end
+        redis.call('SET', KEYS[k], w, 'PX', ttl(px))
       end
     end
     return reply

@@ -23,8 +23,7 @@ import (
 // 25 000 units over the last 2 s before the first call. Every contender
 // runs on keys of its own; batches rotate the contenders' order, so a
 // slow moment of the machine and the position in a batch hit them all.
-// Each call of each contender reads TIME in the driver (the plain
-// script's milliseconds), so they all pay one more TIME alike.
+// Each call's keys and arguments are built before its batch is timed.
 const largeLogLoop = `
 local pack = struct.pack
 -- ARGV[3] 'compact': the log-9 shape instead (every window 1 000 per 1 s
@@ -54,7 +53,7 @@ local FS = {'10000', '2', '10000000', '1000000', '10000', '2', '10000000', '1000
   '2000', '2', '2000000', '1000000', '2000', '1', '2000000'}
 if COMPACT then
   -- floor.lua's arguments for 5 string keys (MGET, SET PX).
-  FS = {'5', '1', nil, 'x'}
+  FS = {'5', '1', 'm', 'x'}
   for k = 1, 5 do
     FS[3 + 2 * k], FS[4 + 2 * k] = '10000', '10000000'
   end
@@ -98,8 +97,12 @@ for batch = 1, batches do
   for cj = 1, #C do
     local ci = (cj + batch) % #C + 1
     local x = C[ci]
-    local t0 = redis.call('TIME')
-    for _ = 1, calls do
+    -- Each call's keys and arguments, built before the batch is timed
+    -- (as strings, as Redis passes them): building the plain script's 9
+    -- keys and 20 arguments costs the driver about 4 µs a call more than
+    -- v5's 5 keys and 2 arguments, which the batch must not charge.
+    local todo = {}
+    for c = 1, calls do
       nonce = nonce + 1
       local ks
       if x.kind == 'shared' or x.kind == 'floor-shared' then
@@ -107,36 +110,45 @@ for batch = 1, batches do
       else
         ks = keys(x.name, nonce % 1000)
       end
-      local tt = redis.call('TIME')
-      local n = tt[1] * 1000000 + tt[2]
+      local a
       if x.kind == 'sluice' then
-        x.fn(ks, {hdr, 'n' .. nonce})
+        a = {hdr, 'n' .. nonce}
       elseif x.kind == 'v5' then
-        x.fn(ks, {hdr5, 'n' .. nonce})
+        a = {hdr5, 'n' .. nonce}
       elseif x.kind == 'shared' then
-        x.fn(ks, {hdr5s, 'n' .. nonce})
+        a = {hdr5s, 'n' .. nonce}
       elseif x.kind == 'floor-shared' and COMPACT then
-        FS[3] = 'm' .. nonce
-        x.fn(ks, FS)
+        a = {FS[1], FS[2], 'm' .. nonce}
+        for i = 4, #FS do
+          a[i] = FS[i]
+        end
       elseif x.kind == 'floor-shared' then
-        local a = {'m' .. nonce}
+        a = {'m' .. nonce}
         for i = 1, #FS do
           a[i + 1] = FS[i]
         end
-        x.fn(ks, a)
       elseif x.kind == 'plain' then
-        local a = {tostring(math.floor(n / 1000)), 'm' .. nonce}
+        local tt = redis.call('TIME')
+        a = {tostring(tt[1] * 1000 + math.floor(tt[2] / 1000)), 'm' .. nonce}
         for i = 1, 9 do
-          a[#a + 1], a[#a + 2] = W[i][1], W[i][2] / 1000
+          a[#a + 1], a[#a + 2] = tostring(W[i][1]), tostring(W[i][2] / 1000)
         end
-        x.fn(ks, a)
       else
-        local a = {COMPACT and '9' or '0', '1', 'm' .. nonce, 'x'}
+        -- floor.lua's arguments: each key's TTL, then (ZSET keys) each
+        -- key's one window.
+        a = {COMPACT and '9' or '0', '1', 'm' .. nonce, 'x'}
         for i = 1, 9 do
-          a[#a + 1], a[#a + 2] = W[i][2] / 1000, W[i][2]
+          a[4 + i] = tostring(W[i][2] / 1000)
         end
-        x.fn(ks, a)
+        for i = 1, COMPACT and 0 or 9 do
+          a[#a + 1], a[#a + 2] = '1', tostring(W[i][2])
+        end
       end
+      todo[c] = {ks, a}
+    end
+    local t0 = redis.call('TIME')
+    for c = 1, calls do
+      x.fn(todo[c][1], todo[c][2])
     end
     local t1 = redis.call('TIME')
     res[ci] = res[ci] or {}
@@ -237,6 +249,98 @@ func logLoop(b *testing.B, shape, name string) {
 		fmt.Fprintf(&table, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", run+1,
 			cell("v3"), cell("v4"), cell("v5"), cell("v5-shared"), cell("plain"), cell("floor"), cell("floor-shared"),
 			versus("v4", "plain"), versus("v5-shared", "plain"), versus("v5-shared", "v4"), versus("v5-shared", "floor-shared"), versus("plain", "floor"))
+	}
+	b.Log(table.String())
+}
+
+// compactSizeLoop drives BenchmarkCompactLogSize inside one EVAL: the
+// log-9 shape's shared layout (9 windows on 5 compact logs, 1 000 clients)
+// with every key prefilled with ARGV[1] units spread over the last 9 s,
+// so that the logs hold what the bench's do (about 130 units a key)
+// rather than the few of BenchmarkCompactLogLoop. F is the contender.
+const compactSizeLoop = `
+local pack = struct.pack
+local units = tonumber(ARGV[1])
+local W = {{1000, 1000000}, {1000, 10000000}, {1000, 1000000}, {1000, 10000000},
+  {1000, 1000000}, {1000, 10000000}, {1000, 1000000}, {1000, 10000000}, {1000, 10000000}}
+local S = {1, 1, 2, 2, 3, 3, 4, 4, 5}
+local hdr = pack('>i8BI4I4i8I4', 0, 3, 1000, 1024, 0, 1)
+for i = 1, 9 do
+  hdr = hdr .. pack('>BI4i8I4', 4 * S[i], W[i][1], W[i][2], 1)
+end
+local t = redis.call('TIME')
+local now = t[1] * 1000000 + t[2]
+for j = 0, 999 do
+  local parts = {'\1'}
+  for m = 1, units do
+    parts[#parts + 1] = pack('>I7', now - 9000000 + m * math.floor(9000000 / (units + 1)))
+  end
+  local v = table.concat(parts)
+  for k = 1, 5 do
+    redis.call('SET', 'c:{t}:' .. j .. ':' .. k, v, 'PX', 60000)
+  end
+end
+local res = {}
+for batch = 1, 21 do
+  local t0 = redis.call('TIME')
+  for c = 1, 150 do
+    local j = (batch * 150 + c) % 1000
+    local ks = {}
+    for k = 1, 5 do
+      ks[k] = 'c:{t}:' .. j .. ':' .. k
+    end
+    F(ks, {hdr, 'n' .. batch .. ':' .. c})
+  end
+  local t1 = redis.call('TIME')
+  res[batch] = ((t1[1] - t0[1]) * 1000000 + (t1[2] - t0[2])) / 150
+end
+table.sort(res)
+return {string.format('%.1f', res[1]), string.format('%.1f', res[11])}
+`
+
+// compactSizeFloor is the commands of the compact shared layout with no
+// logic, on the logs' own values: TIME, one MGET of the 5 keys, and per
+// key one SET PX of its value and one new unit (the bench's floor writes
+// a 16-byte value whatever the log).
+const compactSizeFloor = `
+local t = redis.call('TIME')
+local got = redis.call('MGET', unpack(KEYS))
+local r = struct.pack('>I7', t[1] * 1000000 + t[2])
+for k = 1, #KEYS do
+  redis.call('SET', KEYS[k], (got[k] or '\1') .. r, 'PX', 10000)
+end
+return 1
+`
+
+// BenchmarkCompactLogSize measures what the compact logs' size costs
+// (docs/adr/016, "Second round"): rate_limit_v5 on the shared layout of
+// log-9 and compactSizeFloor, each on 5 keys × 1 000 clients prefilled
+// with 5 and with 130 units. It prints the least and the median batch in
+// µs per call; nothing is asserted about time.
+//
+//	go test -run '^$' -bench BenchmarkCompactLogSize -benchtime 1x ./adapters/redis/
+func BenchmarkCompactLogSize(b *testing.B) {
+	srv := redistest.NewServer(b)
+	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr()}, DisableCache: true})
+	require.NoError(b, err)
+	b.Cleanup(client.Close)
+	var table strings.Builder
+	table.WriteString("\nlog-9 shared, compact logs of 5 and 130 units, inside one EVAL, Redis µs per call (least / median of 21 batches of 150 calls)\n" +
+		"| run | v5, 5 units | v5, 130 units | floor, 5 units | floor, 130 units |\n|---|---|---|---|---|\n")
+	for run := range b.N {
+		var cells []string
+		for _, c := range []string{lua.RateLimitV5, compactSizeFloor} {
+			for _, units := range []string{"5", "130"} {
+				require.NoError(b, client.Do(b.Context(), client.B().Flushall().Build()).Error())
+				src := "local F = function(KEYS, ARGV)\n" + c + "\nend\n" + compactSizeLoop
+				ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
+				f, err := client.Do(ctx, client.B().Eval().Script(src).Numkeys(0).Arg(units).Build()).AsStrSlice()
+				cancel()
+				require.NoError(b, err)
+				cells = append(cells, f[0]+" / "+f[1])
+			}
+		}
+		fmt.Fprintf(&table, "| %d | %s |\n", run+1, strings.Join(cells, " | "))
 	}
 	b.Log(table.String())
 }

@@ -27,9 +27,10 @@ type principal struct {
 
 // padded returns shared on keys of its own (prefix "gp") with one more
 // limit: a GCRA window that never refuses. A request with a GCRA window
-// takes the script's general path, one of large sliding logs alone its
-// fast path (docs/adr/016): the statuses of shared's limits must be the
-// same on both.
+// takes the script's general path; one of sliding logs alone, all above
+// the compact bound or all at or below it sharing a key, a fast path
+// (docs/adr/016): the statuses of shared's limits must be the same on
+// each.
 func padded(tg string, ps []principal, cost int64) []domain.Limit {
 	sh, _ := layouts(tg, ps, cost)
 	for i := range sh {
@@ -85,8 +86,9 @@ var sharedPrincipals = []principal{
 // and ResetAfter, to the microsecond): only the storage is shared. A
 // third copy of each request, padded with a GCRA window that never
 // refuses, runs the script's general path where the other two may take
-// its fast path (every window a sliding log above the compact bound,
-// docs/adr/016), and says the same for their limits. With
+// a fast path (every window a sliding log above the compact bound, or
+// every one at or below it with a key shared: docs/adr/016), and says
+// the same for their limits. With
 // compact logs (the default) and with every log a ZSET (LogZSet), on a
 // standalone server and on a cluster.
 func TestSharedLogDifferential(t *testing.T) {
@@ -343,8 +345,10 @@ func TestSharedLogReservesOnACluster(t *testing.T) {
 // TestScriptV5RefusesABadLayout: rate_limit_v5 itself refuses, before
 // writing anything, a layout the store never sends: a key index out of
 // order, a KEYS entry no limit names, limits sharing a key with different
-// costs or with a window that is not a sliding log. Both the general path
-// and the fast path (large sliding logs alone) check it.
+// costs or with a window that is not a sliding log. The general path and
+// both fast paths (sliding logs above the compact bound alone; sliding
+// logs at or below it in a request that shares a key: the cases whose
+// limits outnumber their keys) check it.
 func TestScriptV5RefusesABadLayout(t *testing.T) {
 	addr := redistest.Standalone(t)
 	type lim struct {
@@ -372,7 +376,7 @@ func TestScriptV5RefusesABadLayout(t *testing.T) {
 		return err
 	}
 	tg := tag(t)
-	k1, k2 := "bad:{"+tg+"}:1", "bad:{"+tg+"}:2"
+	k1, k2, k3 := "bad:{"+tg+"}:1", "bad:{"+tg+"}:2", "bad:{"+tg+"}:3"
 	for _, big := range []uint32{10, redis.CompactLogMaxLimit + 1} {
 		for _, tc := range []struct {
 			name   string
@@ -381,6 +385,8 @@ func TestScriptV5RefusesABadLayout(t *testing.T) {
 			want   string
 		}{
 			{"index out of order", []string{k1, k2}, []lim{{0, 2, big, 1}, {0, 1, big, 1}}, "keys are named 1 to u"},
+			{"index out of order, a key shared", []string{k1, k2}, []lim{{0, 2, big, 1}, {0, 1, big, 1}, {0, 1, big + 1, 1}}, "keys are named 1 to u"},
+			{"a key no limit names, a key shared", []string{k1, k2, k3}, []lim{{0, 1, big, 1}, {0, 1, big + 1, 1}, {0, 2, big, 1}, {0, 2, big + 1, 1}}, "every key must be named"},
 			{"index zero", []string{k1}, []lim{{0, 0, big, 1}}, "keys are named 1 to u"},
 			{"a key no limit names", []string{k1, k2}, []lim{{0, 1, big, 1}, {0, 1, big + 1, 1}}, "every key must be named"},
 			{"costs differ", []string{k1}, []lim{{0, 1, big, 1}, {0, 1, big + 1, 2}}, "sliding logs of one cost"},
@@ -388,7 +394,7 @@ func TestScriptV5RefusesABadLayout(t *testing.T) {
 		} {
 			err := call(tc.keys, tc.limits)
 			require.ErrorContains(t, err, tc.want, "%s, limit %d", tc.name, big)
-			require.Equal(t, int64(0), do(t, addr, "EXISTS", k1, k2), "%s: nothing written", tc.name)
+			require.Equal(t, int64(0), do(t, addr, "EXISTS", k1, k2, k3), "%s: nothing written", tc.name)
 		}
 	}
 }
