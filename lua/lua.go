@@ -89,4 +89,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5. A test checks it against the
 // embedded text.
-const RateLimitV5SHA1 = "073a83ccedda83f60dcfe93a52d8a618600dcbfb"
+const RateLimitV5SHA1 = "da27e52514c7bd396f68da89181f9245e560fcb6"
