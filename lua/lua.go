@@ -89,4 +89,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5. A test checks it against the
 // embedded text.
-const RateLimitV5SHA1 = "da27e52514c7bd396f68da89181f9245e560fcb6"
+const RateLimitV5SHA1 = "25e6592db7bec06306a0c58bdf130e5cd4e7b678"

