@@ -89,4 +89,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5. A test checks it against the
 // embedded text.
-const RateLimitV5SHA1 = "073a83ccedda83f60dcfe93a52d8a618600dcbfb"
+const RateLimitV5SHA1 = "25e6592db7bec06306a0c58bdf130e5cd4e7b678"

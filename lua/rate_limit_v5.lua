@@ -52,8 +52,11 @@
 -- A key's indices must appear in order: a limit names either a key named
 -- before or the next one. Limits that share a key must all be sliding
 -- logs of one cost. A shared key is:
---   a ZSET when any of its windows' limits is above the compact bound,
---     else a compact string log (its capacity, the largest limit);
+--   a compact string log while, after a write, it holds at most the
+--     compact bound of units or its largest limit is at or below the
+--     bound, else a ZSET: a compact log growing past the bound becomes
+--     one in that write, and a ZSET stays one until it expires or is
+--     reset (docs/adr/016, "A log's encoding by its content");
 --   kept by the longest period P among its windows: it forgets a unit
 --     only once the unit is at or before latest - P - min(grace, P)
 --     (latest its newest unit or now), its TTL is that of a window of
@@ -65,13 +68,14 @@
 -- A key named by one limit is that rule with P its window's period: v4's.
 --
 -- Four paths, one answer (docs/adr/016-redis-script-v5.md): Evaluate on
--- sliding logs above the compact bound alone runs the large-log fast
--- path; Evaluate on sliding logs at or below it alone, with a key shared,
--- the compact fast path; any other request whose every key is named by
--- one limit, limit i on KEYS[i], v4's own code (below "The per-window
--- layout"); everything else the general path. Each gives, for the same
--- units, the same replies; each writes the same units, and the same
--- bytes in a compact log.
+-- sliding logs alone with a key shared runs the shared fast path;
+-- Evaluate on sliding logs above the compact bound alone, each on a key
+-- of its own, the large-log fast path; any other request whose every
+-- key is named by one limit, limit i on KEYS[i], v4's own code (below
+-- "The per-window layout"); everything else the general path. Each
+-- gives, for the same units, the same replies; the shared fast path and
+-- the general path write the same units in the same encoding, and the
+-- same bytes in a compact log.
 --
 -- Op 0 (Evaluate, Peek): the n requests are decided in order, each all
 -- or nothing, as n calls of one request would be: the first A (the
@@ -128,10 +132,11 @@
 --     the reservation, i8 its expiry; PX the TTL plus a margin.
 -- A key found nil by MGET under windows that want a string is probed
 -- with one EXISTS over all such keys; only when that finds something is
--- each probed with TYPE. A key that v5 writes as a ZSET (a sliding log
--- with a window above the compact bound, a concurrency window) is left
--- out of the MGET: its first ZSET read, a pcall, answers WRONGTYPE for a
--- string, which one GET then reads.
+-- each probed with TYPE. A key found nil under windows above the bound
+-- is a ZSET log or none, read as a ZSET. On the per-window layout (v4's
+-- code) a key whose window is above the bound, and a concurrency key, is
+-- left out of the MGET: its first ZSET read, a pcall, answers WRONGTYPE
+-- for a string, which one GET then reads.
 --
 -- Requires Redis 6.0.
 
@@ -260,15 +265,15 @@ end
 
 -- The fast paths (docs/adr/016, "Performance"): Evaluate and
 -- EvaluateRepeated (op 0, consuming) whose every window is a sliding
--- log, either every one above the compact bound (every key a ZSET by its
--- windows: the large-log shape) or every one at or below it (every key a
--- compact string log, in a request that shares a key: the log-9 shape;
--- from 1970 on, as the compact encoding wants; one-window keys run v4's
--- own code below, which costs the same). Each reads, decides, replies
--- and writes exactly as the general path below does for those keys, in
--- one pass over the limits with a few locals instead of the state
--- tables; a key that turns out to hold something else (a string under
--- large windows, a ZSET or a GCRA state under compact ones) sends the
+-- log, either with a key shared (the shared fast path, from 1970 on, as
+-- the compact encoding wants: the log-9 and log-9-large shapes on the
+-- shared layout) or every one above the compact bound on a key of its
+-- own (the large-log fast path: every key a ZSET by its window, as v4
+-- writes it). Each reads, decides, replies and writes exactly as the
+-- general path (or v4's code) does for those keys, in one pass over the
+-- limits with a few locals instead of the state tables; a key that
+-- turns out to hold something else (a string under the large-log fast
+-- path, a GCRA state or a foreign value under the shared one) sends the
 -- call on to the path it would otherwise take, which reads it again
 -- (nothing is written before). One loop over the limits chooses.
 local fast, cfast = false, false
@@ -284,8 +289,8 @@ if consume and not leased then
       big = big + 1
     end
   end
-  fast = big == n
-  cfast = big == 0 and now >= 0 and u < n
+  fast = big == n and u == n
+  cfast = big >= 0 and now >= 0 and u < n
 end
 if fast then
   -- Per key: the newest unit (false: none), the longest period, the
@@ -490,54 +495,72 @@ if fast then
   end
 end
 
--- The compact fast path (the log-9 shape): one MGET; each key's log
+-- The shared fast path (the log-9 and log-9-large shapes on the shared
+-- layout): Evaluate and EvaluateRepeated whose every window is a sliding
+-- log, with a key shared, from 1970 on. One MGET reads every compact
+-- log; a key it finds nil under a window above the compact bound is a
+-- ZSET log or missing, read by its newest unit. Each compact log is
 -- validated and decoded once, as the general path does; each window's
--- count by the same search; the replies per limit; one SET PX per key.
--- A key MGET finds holding a GCRA state, or a key it finds missing that
--- EXISTS says is there (a ZSET log), sends the call on.
+-- count by the same search (or ZCOUNT on a ZSET); the replies per
+-- limit; one write per key. A log is written by its content
+-- (docs/adr/016, "A log's encoding by its content"): compact while,
+-- after the write, it holds at most the compact bound of units (or its
+-- largest limit is at or below the bound), else a ZSET, a compact log
+-- growing past the bound converted in that write; a ZSET stays a ZSET.
+-- A key MGET finds holding a GCRA state, a value it cannot read as a
+-- log (left to the general path to name), a key it finds missing under
+-- windows at or below the bound that EXISTS says is there (a ZSET), send
+-- the call on to the general path, which reads every key again (nothing
+-- is written before).
 if cfast then
-  -- Per key, 8 slots of K from 8(k-1): 1 its value (false: none), 2 its
-  -- units, 3 the first kept one, 4 its forget bound, 5 its newest unit
-  -- (false: none), 6 the longest period, 7 the cost, 8 the first limit
-  -- naming it. Per limit, lw[i]: the first unit inside its window. Both
-  -- sized at once for the common requests (as the general path's state
-  -- tables: rehashes cost more than filling them).
-  local K, lw
+  -- Per key, 10 slots of K from 10(k-1): 1 its compact value (false:
+  -- none or a ZSET), 2 its units, 3 the first kept one, 4 its forget
+  -- bound, 5 its newest unit (false: none), 6 the longest period, 7 the
+  -- cost, 8 the first limit naming it, 9 the largest limit, 10 true for
+  -- a ZSET log. Per limit, lw[i]: the first unit inside its window (a
+  -- compact log's index, a ZSET's lower bound), cnt[i] its units. Sized
+  -- at once for the common requests (as the general path's state tables:
+  -- rehashes cost more than filling them).
+  local K, lw, cnt
   if u <= 5 then
     K = {
-      false, false, false, false, false, false, false, false,
-      false, false, false, false, false, false, false, false,
-      false, false, false, false, false, false, false, false,
-      false, false, false, false, false, false, false, false,
-      false, false, false, false, false, false, false, false,
+      false, false, false, false, false, false, false, false, false, false,
+      false, false, false, false, false, false, false, false, false, false,
+      false, false, false, false, false, false, false, false, false, false,
+      false, false, false, false, false, false, false, false, false, false,
+      false, false, false, false, false, false, false, false, false, false,
     }
   else
     K = {}
-    for x = 1, 8 * u do
+    for x = 1, 10 * u do
       K[x] = false
     end
   end
   if n <= 9 then
     lw = {false, false, false, false, false, false, false, false, false}
+    cnt = {false, false, false, false, false, false, false, false, false}
   else
-    lw = {}
+    lw, cnt = {}, {}
   end
   local seen = 0
   for i = 1, n do
     local j = 4 * i
-    local k, p, c = arg[j - 3] / 4, arg[j - 1], arg[j]
-    local b = 8 * k
+    local k, l, p, c = arg[j - 3] / 4, arg[j - 2], arg[j - 1], arg[j]
+    local b = 10 * k
     if k == seen + 1 then
       seen = k
-      K[b - 2], K[b - 1], K[b] = p, c, i
+      K[b - 4], K[b - 3], K[b - 2], K[b - 1] = p, c, i, l
     elseif k < 1 or k > seen then
       return redis.error_reply('ERR sluice rate_limit_v5: a limit names key ' .. k .. ': keys are named 1 to u, each first after the ones before it')
     else
-      if c ~= K[b - 1] then
+      if c ~= K[b - 3] then
         return redis.error_reply('ERR sluice rate_limit_v5: limits that share a key must be sliding logs of one cost')
       end
-      if p > K[b - 2] then
-        K[b - 2] = p
+      if p > K[b - 4] then
+        K[b - 4] = p
+      end
+      if l > K[b - 1] then
+        K[b - 1] = l
       end
     end
   end
@@ -547,11 +570,34 @@ if cfast then
   local got = redis.call('MGET', unpack(KEYS))
   local miss
   for k = 1, u do
-    local v = got[k]
+    local v, b = got[k], 10 * k
     if v then
       if byte(v, 1) ~= 1 then
         cfast = false
         break
+      end
+    elseif K[b - 1] > compact then
+      -- A ZSET log or none: its newest unit. A value that is neither, or
+      -- a newest unit out of range, is the general path's to report.
+      local z = redis.pcall('ZREVRANGE', KEYS[k], 0, 0, 'WITHSCORES')
+      if z.err then
+        cfast = false
+        break
+      end
+      if z[2] then
+        local newest = tonumber(z[2])
+        if newest ~= newest or newest < -AHEAD or newest % 1 ~= 0 or newest > horizon then
+          cfast = false
+          break
+        end
+        local latest, p, gr = now, K[b - 4], grace
+        if newest > now then
+          latest = newest
+        end
+        if gr > p then
+          gr = p
+        end
+        K[b - 6], K[b - 5], K[b] = latest - p - gr, newest, true
       end
     else
       miss = miss or {}
@@ -563,25 +609,24 @@ if cfast then
   end
   if cfast then
     for k = 1, u do
-      local v, b = got[k], 8 * k
-      local m, lo, fcut, newest = 0, 0, 0, false
+      local v, b = got[k], 10 * k
       if v then
-        m = #v - 1
+        local m, lo, fcut, newest = #v - 1, 0, 0, false
         if m % 7 ~= 0 then
-          return bad(K[b], 'malformed')
+          return bad(K[b - 2], 'malformed')
         end
         m = m / 7
         if m > 0 then
           local first
           first, newest = sunpack('>I7', v, 2), sunpack('>I7', v, 7 * m - 5)
           if newest > horizon then
-            return bad(K[b], 'future')
+            return bad(K[b - 2], 'future')
           end
           if first > newest then
-            return bad(K[b], 'malformed')
+            return bad(K[b - 2], 'malformed')
           end
           -- The forget bound of the longest window (S5).
-          local latest, p, gr = now, K[b - 2], grace
+          local latest, p, gr = now, K[b - 4], grace
           if newest > now then
             latest = newest
           end
@@ -593,17 +638,19 @@ if cfast then
             lo = above(v, 1, m, fcut, nil, newest)
           end
         end
+        K[b - 9], K[b - 8], K[b - 7], K[b - 6], K[b - 5] = v, m, lo, fcut, newest
+      else
+        K[b - 8], K[b - 7] = 0, 0
       end
-      K[b - 7], K[b - 6], K[b - 5], K[b - 4], K[b - 3] = v, m, lo, fcut, newest
     end
     -- Each window's units: (lower, now], lower the later of now - p and
     -- its own forget bound; and A, the least of what each window fits.
-    -- arg[4i - 3] is 4k: 8k, its key's slots' end, is twice it.
     local A = reps
     for i = 1, n do
       local j = 4 * i
-      local l, p, c, b = arg[j - 2], arg[j - 1], arg[j], 2 * arg[j - 3]
-      local newest, low = K[b - 3], 0
+      local l, p, c, k = arg[j - 2], arg[j - 1], arg[j], arg[j - 3] / 4
+      local b = 10 * k
+      local newest, low, count = K[b - 5], 0, 0
       if newest then
         local latest, gr = now, grace
         if newest > now then
@@ -616,13 +663,19 @@ if cfast then
         if lower < now - p then
           lower = now - p
         end
-        low = K[b - 5]
-        if lower ~= K[b - 4] then
-          low = above(K[b - 7], low, K[b - 6], lower, nil, newest)
+        if K[b] then
+          low = lower
+          count = redis.call('ZCOUNT', KEYS[k], lower + 1, '+inf')
+        else
+          low = K[b - 7]
+          if lower ~= K[b - 6] then
+            low = above(K[b - 9], low, K[b - 8], lower, nil, newest)
+          end
+          count = K[b - 8] - low
         end
       end
-      lw[i] = low
-      local room = l - (K[b - 6] - low)
+      lw[i], cnt[i] = low, count
+      local room = l - count
       if room < c * A then
         if room > 0 then
           A = (room - room % c) / c
@@ -639,6 +692,15 @@ if cfast then
       reply = {A}
     end
     if A < reps then
+      -- The x-th oldest unit inside a window whose first is low, on key k.
+      local function unit(k, low, x)
+        if K[10 * k] then
+          local z = redis.call('ZRANGEBYSCORE', KEYS[k], '(' .. format('%.0f', low), '+inf', 'WITHSCORES', 'LIMIT', x - 1, 1)
+          local y = tonumber(z[2])
+          return y - y % 1
+        end
+        return sunpack('>I7', K[10 * k - 9], 2 + 7 * (low + x - 1))
+      end
       -- A refused request's statuses, after the A admitted ones.
       local o = 1
       if A > 0 then
@@ -646,9 +708,9 @@ if cfast then
       end
       for i = 1, n do
         local j = 4 * i
-        local l, p, c, b = arg[j - 2], arg[j - 1], arg[j], 2 * arg[j - 3]
-        local v, low, newest, used = K[b - 7], lw[i], K[b - 3], A * c
-        local count = K[b - 6] - low
+        local l, p, c, k = arg[j - 2], arg[j - 1], arg[j], arg[j - 3] / 4
+        local low, newest, used = lw[i], K[10 * k - 5], A * c
+        local count = cnt[i]
         local total, retry, reset = count + used, 0, 0
         if total + c > l then
           -- The need-th oldest unit of the window's units and the used
@@ -656,13 +718,13 @@ if cfast then
           local need = total + c - l
           local first
           if need <= count then
-            first = sunpack('>I7', v, 2 + 7 * (low + need - 1))
+            first = unit(k, low, need)
           end
           if used > 0 and not (first and first <= now) then
             local y = need - used
             first = now
-            if y >= 1 and v then
-              local x = sunpack('>I7', v, 2 + 7 * (low + y - 1))
+            if y >= 1 and (K[10 * k] or K[10 * k - 9]) then
+              local x = unit(k, low, y)
               if x > now then
                 first = x
               end
@@ -687,26 +749,25 @@ if cfast then
     end
     if A > 0 then
       -- Each window's figures after the A-th request, then the writes,
-      -- once per key: the kept units and the new ones at now, in order.
+      -- once per key.
       local o = 1
       for i = 1, n do
         local j = 4 * i
-        local b = 2 * arg[j - 3]
-        local top, newest = now, K[b - 3]
+        local top, newest = now, K[10 * arg[j - 3] / 4 - 5]
         if newest and newest > now then
           top = newest
         end
-        local remaining = arg[j - 2] - (K[b - 6] - lw[i]) - A * arg[j]
+        local remaining = arg[j - 2] - cnt[i] - A * arg[j]
         if remaining < 0 then
           remaining = 0
         end
         reply[o + 1], reply[o + 2] = remaining, top + arg[j - 1] - now
         o = o + 2
       end
-      local rec = pack('>I7', now)
+      local rec, one, nows = pack('>I7', now), false, false
       for k = 1, u do
-        local b = 8 * k
-        local v, lo, newest, p, used = K[b - 7], K[b - 5], K[b - 3], K[b - 2], A * K[b - 1]
+        local b = 10 * k
+        local key, v, m, lo, newest, p, used = KEYS[k], K[b - 9], K[b - 8], K[b - 7], K[b - 5], K[b - 4], A * K[b - 3]
         local top, gr = now, grace
         if newest and newest > now then
           top = newest
@@ -719,26 +780,73 @@ if cfast then
         if px < minttl then
           px = minttl
         end
-        local x = rec
-        if used > 1 then
-          x = rep(rec, used)
-        end
-        local w
-        if not v then
-          w = '\1' .. x
-        elseif top == now then
-          if lo == 0 then
-            w = v .. x
-          else
-            w = '\1' .. sub(v, 2 + 7 * lo) .. x
+        if not K[b] and (K[b - 1] <= compact or m - lo + used <= compact) then
+          -- A compact log: the kept units and the new ones at now, in
+          -- order.
+          local x = rec
+          if used > 1 then
+            x = rep(rec, used)
           end
+          local w
+          if not v then
+            w = '\1' .. x
+          elseif top == now then
+            if lo == 0 then
+              w = v .. x
+            else
+              w = '\1' .. sub(v, 2 + 7 * lo) .. x
+            end
+          else
+            -- Units ahead of now (instants out of order, within the
+            -- grace): the new units go before the first of them.
+            local y = above(v, lo, m, now, nil, newest)
+            w = '\1' .. sub(v, 2 + 7 * lo, 1 + 7 * y) .. x .. sub(v, 2 + 7 * y)
+          end
+          redis.call('SET', key, w, 'PX', ttl(px))
         else
-          -- Units ahead of now (instants out of order, within the
-          -- grace): the new units go before the first of them.
-          local y = above(v, lo, K[b - 6], now, nil, newest)
-          w = '\1' .. sub(v, 2 + 7 * lo, 1 + 7 * y) .. x .. sub(v, 2 + 7 * y)
+          if K[b] then
+            -- The trim of each eighth of the longest period, at its
+            -- forget bound, as the general path's.
+            local q = (p - p % 8) / 8
+            if q < 1 then
+              q = 1
+            end
+            if newest - newest % q ~= now - now % q then
+              redis.call('ZREMRANGEBYSCORE', key, '-inf', K[b - 6])
+            end
+          elseif v then
+            -- A compact log growing past the bound: a ZSET from this
+            -- write on, every kept unit in it, named as the general
+            -- path names them.
+            redis.call('DEL', key)
+            for y = lo, m - 1, 500 do
+              local args = {}
+              for x = y, math.min(y + 499, m - 1) do
+                args[#args + 1] = sunpack('>I7', v, 2 + 7 * x)
+                args[#args + 1] = ARGV[2] .. ':k' .. (x - lo + 1)
+              end
+              redis.call('ZADD', key, unpack(args))
+            end
+          end
+          if not nows then
+            nows = format('%.0f', now)
+          end
+          if used == 1 then
+            if not one then
+              one = ARGV[2] .. ':1'
+            end
+            redis.call('ZADD', key, nows, one)
+          end
+          for y = 1, used > 1 and used or 0, 500 do
+            local args = {}
+            for x = y, math.min(y + 499, used) do
+              args[#args + 1] = nows
+              args[#args + 1] = ARGV[2] .. ':' .. x
+            end
+            redis.call('ZADD', key, unpack(args))
+          end
+          redis.call('PEXPIRE', key, ttl(px))
         end
-        redis.call('SET', KEYS[k], w, 'PX', ttl(px))
       end
     end
     return reply
@@ -1738,19 +1846,18 @@ end
 
 -- Read phase: one MGET reads every string; nothing is written before
 -- every key is read and validated. First each key's kind (slot 1): what
--- MGET found, a ZSET key's (nil, or a ZSET: the ZSET commands tell), or
--- for a key found missing under windows that want a string, what one
--- EXISTS over all of them (and TYPE, only when that finds one) says. A
--- key v5 always writes as a ZSET (a sliding log with a window above the
--- compact bound, a concurrency window) is left out of the MGET, and its
--- first ZSET command, a pcall, tells a string from a ZSET by WRONGTYPE
--- (then one GET reads it). In the large-log shape every key is one: no
--- MGET at all.
+-- MGET found; for a key it finds nil under windows above the compact
+-- bound, a ZSET log or none (its ZSET read tells; a log is written by
+-- its content, so such a key may hold either: docs/adr/016, "A log's
+-- encoding by its content"); for a key found missing under windows that
+-- want a string, what one EXISTS over all of them (and TYPE, only when
+-- that finds one) says. A concurrency key is always a ZSET: it is left
+-- out of the MGET, and its first ZSET command, a pcall, tells a string
+-- by WRONGTYPE.
 local zw = 0
 for k = 1, u do
   local b = 12 * k - 12
-  local g = ks[b + 11]
-  if g == 2 or (g == 0 and ks[b + 10] > compact) then
+  if ks[b + 11] == 2 then
     zw = zw + 1
     ks[b + 1] = true
   end
@@ -1789,17 +1896,15 @@ for k = 1, u do
   local v = got[k]
   local kind = NONE
   if ks[b + 1] then
-    if ks[b + 11] == 2 then
-      kind = CONC
-    else
-      kind = ZSET
-    end
+    kind = CONC
   elseif v then
     if byte(v, 1) == 1 then
       kind = COMPACT
     else
       kind = GCRA
     end
+  elseif ks[b + 11] == 0 and ks[b + 10] > compact then
+    kind = ZSET
   else
     probe = probe or {}
     probe[#probe + 1] = k
@@ -2333,8 +2438,18 @@ for k = 1, U > 0 and u or 0 do
     if px < minttl then
       px = minttl
     end
+    -- Compact while the log, after this write, holds at most the
+    -- compact bound of units, or its largest limit is at or below it; a
+    -- ZSET stays a ZSET (docs/adr/016, "A log's encoding by its
+    -- content").
+    local kept = 0
+    if kind == COMPACT then
+      kept = ks[kb + 7] - lo
+    elseif kind == GCRA then
+      kept = st[b + 3]
+    end
     local w
-    if l <= compact and now >= 0 then
+    if now >= 0 and (l <= compact or (kind ~= ZSET and kept + used <= compact)) then
       if not rec then
         rec = pack('>I7', now)
       end

@@ -66,7 +66,8 @@ func layouts(tg string, ps []principal, cost int64) (shared, perWindow []domain.
 // sharedPrincipals are the differential's principals: two and three
 // sliding-log windows on one key (longest first, and shortest first),
 // a window alone, a GCRA window alone, and a principal whose largest
-// window is above the compact bound (its shared key a ZSET, its
+// window is above the compact bound (its shared key a compact log of a
+// few units, docs/adr/016 "A log's encoding by its content"; its
 // per-window keys one compact log and one ZSET).
 var sharedPrincipals = []principal{
 	{"ip", []domain.Window{sliding(4, time.Second), sliding(9, 5*time.Second)}},
@@ -74,6 +75,14 @@ var sharedPrincipals = []principal{
 	{"tenant", []domain.Window{gcra(10, 3*time.Second)}},
 	{"global", []domain.Window{sliding(15, 4*time.Second)}},
 	{"big", []domain.Window{sliding(redis.CompactLogMaxLimit+6, 3*time.Second), sliding(8, time.Second)}},
+}
+
+// crossingPrincipals are TestSharedLogCrossesTheBound's: "huge" has both
+// its windows above the compact bound, beside a compact pair (alone
+// often enough for a repeated request to fill it past the bound).
+var crossingPrincipals = []principal{
+	sharedPrincipals[0],
+	{"huge", []domain.Window{sliding(4*redis.CompactLogMaxLimit, 2*time.Second), sliding(3*redis.CompactLogMaxLimit, time.Second)}},
 }
 
 // TestSharedLogDifferential: random timelines (seeded, fixed instants on
@@ -102,15 +111,56 @@ func TestSharedLogDifferential(t *testing.T) {
 				cfg.Log = enc.log
 				s := newStore(t, cfg)
 				for seq := range 3 {
-					sharedTimeline(t, s, rand.New(rand.NewPCG(uint64(seq), 17)), fmt.Sprintf("sequence %d", seq))
+					sharedTimeline(t, s, rand.New(rand.NewPCG(uint64(seq), 17)), fmt.Sprintf("sequence %d", seq), sharedPrincipals, nil)
 				}
 			})
 		}
 	}
 }
 
-// sharedTimeline runs one random timeline of the differential on s.
-func sharedTimeline(t *testing.T, s *redis.Store, rng *rand.Rand, name string) {
+// TestSharedLogCrossesTheBound: the differential of
+// TestSharedLogDifferential on crossingPrincipals. The "huge" principal's
+// shared log holds few units: a compact log under windows above the
+// bound, reserved, refunded and charged at the lease's instant; its
+// per-window keys are ZSETs throughout, as v4 writes them. Every answer
+// equals the per-window layout's and the general path's. (The random
+// timelines seldom fill it past the bound: TestSharedLogEncodingFollowsItsContent
+// crosses it on purpose.)
+func TestSharedLogCrossesTheBound(t *testing.T) {
+	for _, top := range topologies {
+		for _, enc := range []struct {
+			name string
+			log  redis.LogEncoding
+		}{{"compact", redis.LogCompact}, {"zset", redis.LogZSet}} {
+			t.Run(top.name+"/"+enc.name, func(t *testing.T) {
+				cfg := top.cfg(t)
+				cfg.Log = enc.log
+				s := newStore(t, cfg)
+				// On the standalone server the timelines also watch the
+				// "huge" principal's shared key: it must be seen compact
+				// when a reservation on it settles.
+				var typ func(string) string
+				if top.name == "standalone" {
+					addr := redistest.Standalone(t)
+					typ = func(key string) string { return do(t, addr, "TYPE", key).(string) }
+				}
+				seen := map[string]int{}
+				for seq := range 3 {
+					for k, v := range sharedTimeline(t, s, rand.New(rand.NewPCG(uint64(seq), 17)), fmt.Sprintf("sequence %d", seq), crossingPrincipals, typ) {
+						seen[k] += v
+					}
+				}
+				if typ != nil && enc.log == redis.LogCompact {
+					require.NotZero(t, seen["huge: settled on a compact log"], "%v", seen)
+				}
+			})
+		}
+	}
+}
+
+// sharedTimeline runs one random timeline of the differential on s and
+// returns what it saw; typ, when not nil, reads a key's type.
+func sharedTimeline(t *testing.T, s *redis.Store, rng *rand.Rand, name string, principals []principal, typ func(string) string) map[string]int {
 	t.Helper()
 	ctx := t.Context()
 	tg := tag(t)
@@ -134,13 +184,18 @@ func sharedTimeline(t *testing.T, s *redis.Store, rng *rand.Rand, name string) {
 		// A random subset of the principals, each with all its windows
 		// (the Limiter always sends every window of a principal).
 		var ps []principal
-		for _, i := range rng.Perm(len(sharedPrincipals))[:1+rng.IntN(len(sharedPrincipals))] {
-			ps = append(ps, sharedPrincipals[i])
+		for _, i := range rng.Perm(len(principals))[:1+rng.IntN(len(principals))] {
+			ps = append(ps, principals[i])
 		}
 		cost := 1 + rng.Int64N(3)
 		sh, pw := layouts(tg, ps, cost)
 		gp := padded(tg, ps, cost)
 		where := fmt.Sprintf("%s step %d at %s, cost %d, %v", name, step, now.Format(time.StampMicro), cost, ps)
+		huge := fmt.Sprintf("sh:{%s}:huge", tg)
+		before := ""
+		if typ != nil {
+			before = typ(huge)
+		}
 		switch op := rng.IntN(100); {
 		case op < 40:
 			a, err := s.Evaluate(ctx, now, sh)
@@ -208,6 +263,9 @@ func sharedTimeline(t *testing.T, s *redis.Store, rng *rand.Rand, name string) {
 			require.NoError(t, err, where)
 			require.Equal(t, a, g, "Settle %d of %d, general path %s", actual, lease.reservedCost, where)
 			counts[fmt.Sprint("settle ", actual-lease.reservedCost < 0, actual-lease.reservedCost > 0)]++
+			if before == "string" && lease.sh[0].Key == huge {
+				counts["huge: settled on a compact log"]++
+			}
 			lease = nil
 		}
 	}
@@ -216,6 +274,7 @@ func sharedTimeline(t *testing.T, s *redis.Store, rng *rand.Rand, name string) {
 	require.NotZero(t, counts["evaluate allowed=true"], name)
 	require.NotZero(t, counts["evaluate allowed=false"], name)
 	require.NotZero(t, counts["reserve allowed=true"], name)
+	return counts
 }
 
 // TestSharedLogWritesOneKeyPerPrincipal: the nine windows of docs/adr/005
@@ -231,9 +290,10 @@ func TestSharedLogWritesOneKeyPerPrincipal(t *testing.T) {
 		name  string
 		limit int64 // the sustained window's; every encoding's key count is the same
 		typ   string
-	}{{"compact", 1000, "string"}, {"zset", 20_000, "zset"}} {
+		log   redis.LogEncoding
+	}{{"compact", 1000, "string", redis.LogCompact}, {"large limits, few units", 20_000, "string", redis.LogCompact}, {"zset", 20_000, "zset", redis.LogZSet}} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv, s := newDedicated(t, redis.Config{})
+			srv, s := newDedicated(t, redis.Config{Log: tc.log})
 			ps := []principal{pair("ip", tc.limit), pair("user", tc.limit), pair("key", tc.limit), pair("tenant", tc.limit),
 				{"global", []domain.Window{sliding(tc.limit, 2*time.Second)}}}
 			sh, pw := layouts("t", ps, 1)
@@ -258,56 +318,117 @@ func TestSharedLogWritesOneKeyPerPrincipal(t *testing.T) {
 	}
 }
 
-// TestSharedLogBecomesAZSetWhenALargeWindowJoins: a key holding a compact
-// log of its one window becomes a ZSET, every unit kept, the first time a
-// window above the compact bound shares it; each window counts every
-// unit of the log inside its period; a request naming the small window
-// alone again reads the ZSET. Its TTL follows the longest window.
-func TestSharedLogBecomesAZSetWhenALargeWindowJoins(t *testing.T) {
+// TestSharedLogEncodingFollowsItsContent: on the shared layout a log is
+// written compact while it holds at most the compact bound of units,
+// whatever its windows' limits, and as a ZSET beyond it (docs/adr/016,
+// "A log's encoding by its content"). A key holding a compact log of its
+// one window stays compact when a window above the bound joins it; a
+// log under windows above the bound is reserved, refunded at the
+// lease's instant and charged while compact, crosses the bound in one
+// EvaluateRepeated (a ZSET, every unit kept), stays a ZSET when its units
+// have aged out (no flapping) and is compact again after a Reset. Every
+// answer equals the per-window layout's, whose keys are ZSETs as v4
+// writes them.
+func TestSharedLogEncodingFollowsItsContent(t *testing.T) {
 	srv, s := newDedicated(t, redis.Config{Grace: -1})
+	ctx := t.Context()
 	key := "sh:{t}:user"
 	small := sliding(5, time.Second)
 	large := sliding(redis.CompactLogMaxLimit+10, 10*time.Second)
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	typ := func(k string) string { return do(t, srv.Addr(), "TYPE", k).(string) }
 	for _, ms := range []int{0, 100, 200} {
-		r, err := s.Evaluate(t.Context(), at(ms), []domain.Limit{{Key: key, Window: small, Cost: 1}})
+		r, err := s.Evaluate(ctx, at(ms), []domain.Limit{{Key: key, Window: small, Cost: 1}})
 		require.NoError(t, err)
 		require.True(t, r.Allowed)
 	}
-	require.Equal(t, "string", do(t, srv.Addr(), "TYPE", key))
-
+	require.Equal(t, "string", typ(key))
 	both := []domain.Limit{{Key: key, Window: small, Cost: 1}, {Key: key, Window: large, Cost: 1}}
-	r, err := s.Evaluate(t.Context(), at(300), both)
+	r, err := s.Evaluate(ctx, at(300), both)
 	require.NoError(t, err)
-	require.True(t, r.Allowed)
-	require.Equal(t, "zset", do(t, srv.Addr(), "TYPE", key))
-	require.Equal(t, int64(4), do(t, srv.Addr(), "ZCARD", key))
 	require.Equal(t, []domain.LimitStatus{
 		{Allowed: true, Remaining: 1, ResetAfter: time.Second},
 		{Allowed: true, Remaining: large.Limit - 4, ResetAfter: 10 * time.Second},
 	}, r.Statuses())
-	pttl := do(t, srv.Addr(), "PTTL", key).(int64)
-	require.Greater(t, pttl, int64(9*time.Second/time.Millisecond), "the TTL of the longest window")
+	require.Equal(t, "string", typ(key), "4 units under a window above the bound")
+	require.Len(t, compactUnits(t, do(t, srv.Addr(), "GET", key).(string)), 4)
+	require.Greater(t, do(t, srv.Addr(), "PTTL", key).(int64), int64(9*time.Second/time.Millisecond), "the TTL of the longest window")
 
-	// 1.2 s later the small window has forgotten the units at 0 and 100
-	// ms; the large one counts all four.
-	r, err = s.Peek(t.Context(), at(1150), both)
+	// Both windows above the bound: shared (sh) against per-window (pw).
+	wa, wb := sliding(3*redis.CompactLogMaxLimit, time.Second), sliding(4*redis.CompactLogMaxLimit, 2*time.Second)
+	big := "sh:{t}:big"
+	lim := func(cost int64) (sh, pw []domain.Limit) {
+		return []domain.Limit{{Key: big, Window: wb, Cost: cost}, {Key: big, Window: wa, Cost: cost}},
+			[]domain.Limit{{Key: "pw:{t}:big:0", Window: wb, Cost: cost}, {Key: "pw:{t}:big:1", Window: wa, Cost: cost}}
+	}
+	sh, pw := lim(1)
+	repeated := func(ms, n int) {
+		t.Helper()
+		a, err := s.EvaluateRepeated(ctx, at(ms), sh, n)
+		require.NoError(t, err)
+		b, err := s.EvaluateRepeated(ctx, at(ms), pw, n)
+		require.NoError(t, err)
+		require.Equal(t, b, a, "EvaluateRepeated %d at %d ms", n, ms)
+		require.Equal(t, n, a.Admitted)
+	}
+	evaluate := func(ms int) {
+		t.Helper()
+		a, err := s.Evaluate(ctx, at(ms), sh)
+		require.NoError(t, err)
+		b, err := s.Evaluate(ctx, at(ms), pw)
+		require.NoError(t, err)
+		require.Equal(t, b, a, "Evaluate at %d ms", ms)
+	}
+	repeated(1000, 1000)
+	require.Equal(t, "string", typ(big), "1 000 units")
+	rsh, rpw := lim(3)
+	a, la, err := s.Reserve(ctx, at(1010), rsh, time.Minute)
 	require.NoError(t, err)
-	require.Equal(t, []domain.LimitStatus{
-		{Allowed: true, Remaining: 3, ResetAfter: 150 * time.Millisecond},
-		{Allowed: true, Remaining: large.Limit - 4, ResetAfter: 9150 * time.Millisecond},
-	}, r.Statuses())
-
-	// The small window alone reads the ZSET the shared log left and, as
-	// v4 does for a window at or below the bound, writes the log back
-	// compact, kept for its own period (the longest of this request).
-	r, err = s.Evaluate(t.Context(), at(1150), []domain.Limit{{Key: key, Window: small, Cost: 3}})
+	b, lb, err := s.Reserve(ctx, at(1010), rpw, time.Minute)
 	require.NoError(t, err)
-	require.True(t, r.Allowed)
-	require.Equal(t, domain.LimitStatus{Allowed: true, Remaining: 0, ResetAfter: time.Second}, r.Status(0))
-	require.Equal(t, "string", do(t, srv.Addr(), "TYPE", key))
-	require.Len(t, compactUnits(t, do(t, srv.Addr(), "GET", key).(string)), 5, "the units at 200, 300 and 3 at 1150 ms")
+	require.Equal(t, b, a, "Reserve")
+	require.True(t, a.Allowed)
+	require.Equal(t, "string", typ(big), "1 003 units")
+	for _, actual := range []int64{1} {
+		x, err := s.Settle(ctx, at(1020), la, rsh, actual)
+		require.NoError(t, err)
+		y, err := s.Settle(ctx, at(1020), lb, rpw, actual)
+		require.NoError(t, err)
+		require.Equal(t, y, x, "Settle, a refund")
+	}
+	require.Len(t, compactUnits(t, do(t, srv.Addr(), "GET", big).(string)), 1001, "the refund at the lease's instant")
+	a, la, err = s.Reserve(ctx, at(1030), rsh, time.Minute)
+	require.NoError(t, err)
+	b, lb, err = s.Reserve(ctx, at(1030), rpw, time.Minute)
+	require.NoError(t, err)
+	require.Equal(t, b, a, "Reserve")
+	x, err := s.Settle(ctx, at(1040), la, rsh, 10)
+	require.NoError(t, err)
+	y, err := s.Settle(ctx, at(1040), lb, rpw, 10)
+	require.NoError(t, err)
+	require.Equal(t, y, x, "Settle, a charge")
+	require.Equal(t, "string", typ(big), "1 011 units")
+	repeated(1050, 200)
+	require.Equal(t, "zset", typ(big), "past the bound in one call")
+	require.Equal(t, int64(1211), do(t, srv.Addr(), "ZCARD", big), "every unit kept")
+	for _, ms := range []int{1500, 2200, 2900} {
+		p1, err := s.Peek(ctx, at(ms), sh)
+		require.NoError(t, err)
+		p2, err := s.Peek(ctx, at(ms), pw)
+		require.NoError(t, err)
+		require.Equal(t, p2, p1, "Peek at %d ms", ms)
+		evaluate(ms)
+	}
+	evaluate(6000)
+	require.Equal(t, "zset", typ(big), "a ZSET stays a ZSET")
+	require.Equal(t, int64(1), do(t, srv.Addr(), "ZCARD", big), "its old units trimmed")
+	require.NoError(t, s.Reset(ctx, big))
+	for _, k := range []string{"pw:{t}:big:0", "pw:{t}:big:1"} {
+		require.NoError(t, s.Reset(ctx, k))
+	}
+	evaluate(6100)
+	require.Equal(t, "string", typ(big), "compact again after a Reset")
 }
 
 // TestSharedLogReservesOnACluster: a reservation whose principals'

@@ -36,8 +36,15 @@ func v4Evaluate(t *testing.T, addr string, now time.Time, limits []domain.Limit,
 // arguments, on one request, its ZSET members named after prefix.
 func scriptEvaluate(t *testing.T, addr, src, prefix string, now time.Time, limits []domain.Limit, grace time.Duration) []int64 {
 	t.Helper()
+	return scriptCall(t, addr, src, prefix, 1, now, limits, grace)
+}
+
+// scriptCall runs src on one request with flags (1 consume, 0 peek; the
+// caller's time).
+func scriptCall(t *testing.T, addr, src, prefix string, flags byte, now time.Time, limits []domain.Limit, grace time.Duration) []int64 {
+	t.Helper()
 	p := binary.BigEndian.AppendUint64(nil, uint64(now.UnixMicro()))
-	p = append(p, 1) // consume, caller time
+	p = append(p, flags)
 	p = binary.BigEndian.AppendUint32(p, 60_000)
 	p = binary.BigEndian.AppendUint32(p, redis.CompactLogMaxLimit)
 	p = binary.BigEndian.AppendUint64(p, uint64(grace.Microseconds()))
@@ -245,4 +252,58 @@ func TestUpgradeToSharedLogFromV4(t *testing.T) {
 		require.NotZero(t, refused, "sequence %d: the shared layout never refused", seq)
 		// The short windows' old keys are left to expire: nothing reads them.
 	}
+}
+
+// TestV4ReadsASharedCompactLogUnderALargeWindow: during the rollout of
+// docs/adr/015 a v4 instance runs the per-window layout, whose longest
+// window's key is the shared key v5 writes; v5 writes it compact while it
+// holds few units, though that window is above the compact bound
+// (docs/adr/016, "A log's encoding by its content"). v4 (the script
+// itself) and v5's per-window path read it through WRONGTYPE and GET:
+// each reading the long window on the shared key answers exactly what it
+// answers on a per-window key holding the same units as a ZSET.
+func TestV4ReadsASharedCompactLogUnderALargeWindow(t *testing.T) {
+	addr := redistest.Standalone(t)
+	s := newStore(t, topologies[0].cfg(t)) // CallerTime, DefaultGrace
+	long, short := sliding(redis.CompactLogMaxLimit+76, 6*time.Second), sliding(5, 1500*time.Millisecond)
+	tg := tag(t)
+	x := fmt.Sprintf("v4r:{%s}:x", tg)
+	ylong, yshort := fmt.Sprintf("v4r:{%s}:y:long", tg), fmt.Sprintf("v4r:{%s}:y:short", tg)
+	rng := rand.New(rand.NewPCG(7, 7))
+	now := time.Now().Truncate(time.Second)
+	refused, nonzero := 0, 0
+	for i := range 150 {
+		if rng.IntN(10) == 0 {
+			now = now.Add(-time.Duration(rng.Int64N(int64(redis.DefaultGrace))).Truncate(time.Microsecond))
+		} else {
+			now = now.Add(time.Duration(rng.Int64N(int64(400 * time.Millisecond))).Truncate(time.Microsecond))
+		}
+		cost := 1 + rng.Int64N(3)
+		where := fmt.Sprintf("step %d at %s cost %d", i, now.Format(time.StampMicro), cost)
+		a, err := s.Evaluate(t.Context(), now, []domain.Limit{{Key: x, Window: short, Cost: cost}, {Key: x, Window: long, Cost: cost}})
+		require.NoError(t, err)
+		b, err := s.Evaluate(t.Context(), now, []domain.Limit{{Key: yshort, Window: short, Cost: cost}, {Key: ylong, Window: long, Cost: cost}})
+		require.NoError(t, err)
+		require.Equal(t, b, a, "v5 %s", where)
+		if !a.Allowed {
+			refused++
+		}
+		require.Equal(t, "string", do(t, addr, "TYPE", x), where)
+		require.Equal(t, "zset", do(t, addr, "TYPE", ylong), where)
+		// v4, peeking at the long window alone on either key.
+		vx := scriptCall(t, addr, lua.RateLimitV4, "v4-", 0, now, []domain.Limit{{Key: x, Window: long, Cost: cost}}, redis.DefaultGrace)
+		vy := scriptCall(t, addr, lua.RateLimitV4, "v4-", 0, now, []domain.Limit{{Key: ylong, Window: long, Cost: cost}}, redis.DefaultGrace)
+		require.Equal(t, vy, vx, "v4 %s", where)
+		if vx[1] < long.Limit {
+			nonzero++
+		}
+		// v5's per-window path, the same.
+		px, err := s.Peek(t.Context(), now, []domain.Limit{{Key: x, Window: long, Cost: cost}})
+		require.NoError(t, err)
+		py, err := s.Peek(t.Context(), now, []domain.Limit{{Key: ylong, Window: long, Cost: cost}})
+		require.NoError(t, err)
+		require.Equal(t, py, px, "v5 per-window %s", where)
+	}
+	require.NotZero(t, refused, "the short window never refused")
+	require.NotZero(t, nonzero, "the long window never counted a unit")
 }
