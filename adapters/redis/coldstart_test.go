@@ -121,8 +121,16 @@ func TestColdStartDegradesNothing(t *testing.T) {
 			}
 			t.Logf("%d decisions: %v", burst, states)
 			require.Positive(t, states[domain.Throttled], "the burst was meant to throttle some users")
-			assert.Equal(t, booted, connections(t, addrs, cfg.ClientName),
-				"the burst opened connections: New had not dialled every connection the hot path uses")
+			// No node may have more of this store's connections than New
+			// left: fewer is fine, since on a cluster the client can close
+			// its connection to a seed address once it has one per node (a
+			// cold CI run once counted 2 on a seed node after New, 1 after
+			// the burst).
+			after := connections(t, addrs, cfg.ClientName)
+			for a, n := range after {
+				assert.LessOrEqual(t, n, booted[a],
+					"node %s: the burst opened connections (%v after New, %v after the burst): New had not dialled every connection the hot path uses", a, booted, after)
+			}
 		})
 	}
 }
