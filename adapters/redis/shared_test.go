@@ -101,6 +101,16 @@ var crossingPrincipals = []principal{
 // compact logs (the default) and with every log a ZSET (LogZSet), on a
 // standalone server and on a cluster.
 func TestSharedLogDifferential(t *testing.T) {
+	onEachStore(t, func(t *testing.T, _ string, _ redis.LogEncoding, s *redis.Store) {
+		for seq := range 3 {
+			sharedTimeline(t, s, rand.New(rand.NewPCG(uint64(seq), 17)), fmt.Sprintf("sequence %d", seq), sharedPrincipals, nil)
+		}
+	})
+}
+
+// onEachStore runs f on a store of each topology (standalone, cluster)
+// with each log encoding (compact, every log a ZSET), as subtests.
+func onEachStore(t *testing.T, f func(t *testing.T, topology string, log redis.LogEncoding, s *redis.Store)) {
 	for _, top := range topologies {
 		for _, enc := range []struct {
 			name string
@@ -109,10 +119,7 @@ func TestSharedLogDifferential(t *testing.T) {
 			t.Run(top.name+"/"+enc.name, func(t *testing.T) {
 				cfg := top.cfg(t)
 				cfg.Log = enc.log
-				s := newStore(t, cfg)
-				for seq := range 3 {
-					sharedTimeline(t, s, rand.New(rand.NewPCG(uint64(seq), 17)), fmt.Sprintf("sequence %d", seq), sharedPrincipals, nil)
-				}
+				f(t, top.name, enc.log, newStore(t, cfg))
 			})
 		}
 	}
@@ -127,35 +134,25 @@ func TestSharedLogDifferential(t *testing.T) {
 // timelines seldom fill it past the bound: TestSharedLogEncodingFollowsItsContent
 // crosses it on purpose.)
 func TestSharedLogCrossesTheBound(t *testing.T) {
-	for _, top := range topologies {
-		for _, enc := range []struct {
-			name string
-			log  redis.LogEncoding
-		}{{"compact", redis.LogCompact}, {"zset", redis.LogZSet}} {
-			t.Run(top.name+"/"+enc.name, func(t *testing.T) {
-				cfg := top.cfg(t)
-				cfg.Log = enc.log
-				s := newStore(t, cfg)
-				// On the standalone server the timelines also watch the
-				// "huge" principal's shared key: it must be seen compact
-				// when a reservation on it settles.
-				var typ func(string) string
-				if top.name == "standalone" {
-					addr := redistest.Standalone(t)
-					typ = func(key string) string { return do(t, addr, "TYPE", key).(string) }
-				}
-				seen := map[string]int{}
-				for seq := range 3 {
-					for k, v := range sharedTimeline(t, s, rand.New(rand.NewPCG(uint64(seq), 17)), fmt.Sprintf("sequence %d", seq), crossingPrincipals, typ) {
-						seen[k] += v
-					}
-				}
-				if typ != nil && enc.log == redis.LogCompact {
-					require.NotZero(t, seen["huge: settled on a compact log"], "%v", seen)
-				}
-			})
+	onEachStore(t, func(t *testing.T, topology string, log redis.LogEncoding, s *redis.Store) {
+		// On the standalone server the timelines also watch the "huge"
+		// principal's shared key: it must be seen compact when a
+		// reservation on it settles.
+		var typ func(string) string
+		if topology == "standalone" {
+			addr := redistest.Standalone(t)
+			typ = func(key string) string { return do(t, addr, "TYPE", key).(string) }
 		}
-	}
+		seen := map[string]int{}
+		for seq := range 3 {
+			for k, v := range sharedTimeline(t, s, rand.New(rand.NewPCG(uint64(seq), 17)), fmt.Sprintf("sequence %d", seq), crossingPrincipals, typ) {
+				seen[k] += v
+			}
+		}
+		if typ != nil && log == redis.LogCompact {
+			require.NotZero(t, seen["huge: settled on a compact log"], "%v", seen)
+		}
+	})
 }
 
 // sharedTimeline runs one random timeline of the differential on s and
