@@ -145,13 +145,16 @@ func runPeek(ctx context.Context, args []string, io ioSet) error {
 		}
 		out := explainedOut(x, true)
 		out.Domain = t.domain
-		withPeek(&out, x, d, true)
+		if withPeek(&out, x, d, true) {
+			out.Notes = append(out.Notes, untouchedNote)
+		}
 		outs = append(outs, out)
 	} else {
 		routes := []string{t.route}
 		if t.route == "" {
 			routes = firstRoutes(s.cfg)
 		}
+		untouched := true
 		for _, route := range routes {
 			out, ok, err := peekRoute(ctx, s, &t, route)
 			if err != nil {
@@ -160,9 +163,14 @@ func runPeek(ctx context.Context, args []string, io ioSet) error {
 			if ok || t.route != "" {
 				outs = append(outs, out)
 			}
+			untouched = untouched && (!ok || out.untouched)
 		}
 		if len(outs) == 0 {
 			return fail(exitUnknown, errors.New("no profile counts these identities"))
+		}
+		if untouched {
+			last := &outs[len(outs)-1]
+			last.Notes = append(last.Notes, untouchedNote)
 		}
 	}
 	if t.json {
@@ -200,7 +208,7 @@ func peekRoute(ctx context.Context, s *session, t *target, route string) (decisi
 	if err != nil {
 		return out, false, err
 	}
-	withPeek(&out, x, d, ipGiven)
+	out.untouched = withPeek(&out, x, d, ipGiven)
 	return out, true, nil
 }
 
@@ -311,10 +319,17 @@ func runReset(ctx context.Context, args []string, io ioSet) error {
 	} else if n, err = s.lim.Reset(ctx, req); err != nil {
 		return err
 	}
+	ttl := s.cfg.RefusalCacheTTL
+	if t.envoy() {
+		ttl = 0 // the Envoy door never repeats a refusal (app.Limiter.EvaluateWindows)
+	}
 	if t.json {
-		return printJSON(io.out, map[string]any{"reset": what, "keys": n, "actor": actor})
+		return printJSON(io.out, map[string]any{"reset": what, "keys": n, "actor": actor, "refusal_cache_ttl_ms": ttl.Milliseconds()})
 	}
 	fmt.Fprintf(io.out, "reset %s: %d keys, recorded on the audit channel as %q\n", what, n, actor)
+	if ttl > 0 && s.cfg.RefusalCacheSize > 0 {
+		fmt.Fprintf(io.out, "an instance that refused them moments ago may repeat that refusal for up to %s (refusal_cache_ttl)\n", ttl)
+	}
 	return nil
 }
 

@@ -538,7 +538,7 @@ func printCheck(io ioSet, out checkOut, noExpose bool) {
 		_ = tw.Flush()
 	}
 	if out.Memory != nil {
-		fmt.Fprintf(w, "redis memory at %d identities: about %s (%s)\n", out.Memory.Identities, size(out.Memory.Bytes), out.Memory.Model)
+		fmt.Fprintf(w, "redis memory at %d identities of each dimension: about %s\n  model: %s\n", out.Memory.Identities, size(out.Memory.Bytes), out.Memory.Model)
 	}
 	if noExpose {
 		fmt.Fprintln(w, "note: pass -expose or -expose-file with the service's routes to check that each has a profile, as the service does at boot")

@@ -49,6 +49,8 @@ type decisionOut struct {
 	Blocked   *bool       `json:"blocked,omitempty"`
 	Windows   []windowOut `json:"windows"`
 	Notes     []string    `json:"notes,omitempty"`
+	// untouched: peeked, and no window holds any count.
+	untouched bool
 }
 
 // explainedOut turns an Explanation into its output, leaving out the ip
@@ -82,10 +84,12 @@ func explainedOut(x app.Explanation, ipGiven bool) decisionOut {
 
 // withPeek adds a peek's per-window answers to out, made from the same
 // request's Explanation: the decision lists the windows that are not
-// hidden, in the Explanation's order.
-func withPeek(out *decisionOut, x app.Explanation, d domain.Decision, ipGiven bool) {
+// hidden, in the Explanation's order. It reports whether no window shown
+// holds any count.
+func withPeek(out *decisionOut, x app.Explanation, d domain.Decision, ipGiven bool) (untouched bool) {
 	checks := d.Windows.All()
-	blocked, untouched := false, true
+	blocked := false
+	untouched = true
 	row := 0
 	shown := out.Windows[:0]
 	for i, w := range x.Windows {
@@ -111,10 +115,12 @@ func withPeek(out *decisionOut, x app.Explanation, d domain.Decision, ipGiven bo
 	}
 	out.Windows = shown
 	out.Blocked = &blocked
-	if untouched && len(shown) > 0 {
-		out.Notes = append(out.Notes, "no window holds any count for these identities: if they are refused, check that RATE_LIMIT_HMAC_SECRET is the service's (another secret names other keys) and the identities are spelled as the service sees them")
-	}
+	return untouched
 }
+
+// untouchedNote is added when no window peeked holds any count: a secret
+// other than the service's names other keys, which hold nothing.
+const untouchedNote = "no window holds any count for these identities (nothing since their windows passed, or a reset); if they are refused nonetheless, check that RATE_LIMIT_HMAC_SECRET is the service's (another secret names other keys) and the identities are spelled as the service sees them"
 
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
