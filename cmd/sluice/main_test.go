@@ -189,6 +189,7 @@ func TestExitCodes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			r := sluice(t, c.env, "", c.args...)
 			assert.Equal(t, c.code, r.code, "stderr: %s", r.stderr)
 			assert.Contains(t, r.stderr, c.want)
