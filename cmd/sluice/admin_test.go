@@ -176,3 +176,27 @@ func TestResetUnblocksEnvoyDescriptors(t *testing.T) {
 	assert.NotContains(t, audit, tenant)
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, ask(), "the service answers OK again")
 }
+
+// TestPeekAndResetOnACluster: with REDIS_CLUSTER_ADDRS (and no REDIS_URL)
+// peek and reset reach a Redis Cluster; the search route's ip windows
+// live in another slot than the tenant's, so the peek spans partitions
+// (docs/adr/013).
+func TestPeekAndResetOnACluster(t *testing.T) {
+	env := map[string]string{"REDIS_CLUSTER_ADDRS": strings.Join(redistest.Cluster(t), ","), "RATE_LIMIT_HMAC_SECRET": newSecret(t)}
+	cli := []string{"-config", demoConfig, "-route", "GET /api/v1/search", "-user", unique("carol"), "-tenant", unique("acme"), "-ip", "198.51.100.4", "-store-timeout", "2s"}
+	r := sluice(t, env, "", append([]string{"peek", "-json"}, cli...)...)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var peek decisionOut
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &peek))
+	require.Len(t, peek.Windows, 6)
+	slots := map[uint16]bool{}
+	for _, w := range peek.Windows {
+		slots[w.Slot] = true
+		assert.Equal(t, w.Limit, *w.Remaining, "%s/%s: nothing counted", w.Dimension, w.Window)
+	}
+	assert.Len(t, slots, 2, "the ip's slot and the tenant's")
+	r = sluice(t, env, "", append([]string{"reset", "-actor", "support-7", "-yes"}, cli...)...)
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `on profile(s) "search"`, "-route narrows the reset to its profile")
+	assert.Contains(t, auditLine(t, r.stderr), "actor=support-7")
+}

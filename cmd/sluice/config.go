@@ -78,7 +78,7 @@ func lineIn(msg string) int {
 // locateApp splits err, sluice's configuration error, into its
 // ConfigErrors, each with its line in data.
 func locateApp(file string, data []byte, err error) []located {
-	err, hint := splitHint(err)
+	hint, err := splitHint(err)
 	var out []located
 	for _, e := range leaves(err) {
 		l := located{File: displayName(file), Message: e.Error(), err: e}
@@ -106,19 +106,19 @@ func locateApp(file string, data []byte, err error) []located {
 
 // splitHint separates boot.Config's hint, which wraps the joined errors
 // of a configuration without a secret, from those errors.
-func splitHint(err error) (error, string) {
+func splitHint(err error) (string, error) {
 	inner := errors.Unwrap(err)
 	if inner == nil {
-		return err, ""
+		return "", err
 	}
 	if _, joined := inner.(interface{ Unwrap() []error }); !joined {
-		return err, ""
+		return "", err
 	}
 	msg, in := err.Error(), inner.Error()
 	if !strings.HasPrefix(msg, in) {
-		return err, ""
+		return "", err
 	}
-	return inner, msg[len(in):]
+	return msg[len(in):], inner
 }
 
 func displayName(file string) string {
