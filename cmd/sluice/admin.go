@@ -108,7 +108,8 @@ pass (RETRY IN) and when the window is whole again (RESETS IN), read from
 the shared store (REDIS_URL or REDIS_CLUSTER_ADDRS), consuming nothing
 (app.Limiter.Peek). Without -route, every profile that counts these
 identities. Exit status 0 whether or not the identity is blocked (the
-output says BLOCKED).`
+output says BLOCKED). -json prints one object, or with several profiles
+(no -route) an array of them.`
 
 func runPeek(ctx context.Context, args []string, io ioSet) error {
 	var t target

@@ -46,6 +46,9 @@ func report(err error, stderr io.Writer) int {
 		return ee.code
 	}
 	fmt.Fprintln(stderr, "sluice:", err)
+	if errors.Is(err, domain.ErrStoreTimeout) {
+		fmt.Fprintln(stderr, "sluice: the store answered after the configuration's store_timeout: over a slow link, raise -store-timeout")
+	}
 	return codeOf(err)
 }
 
