@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -168,9 +169,13 @@ func TestResetUnblocksEnvoyDescriptors(t *testing.T) {
 	assert.Equal(t, int64(0), *peek.Windows[0].Remaining)
 	assert.Equal(t, "tenant", peek.Windows[0].Window)
 
-	r = sluice(t, env, "", append([]string{"reset", "-actor", "support-7", "-yes"}, cli...)...)
+	auditLog := filepath.Join(t.TempDir(), "audit.log")
+	r = sluice(t, env, "", append([]string{"reset", "-actor", "support-7", "-yes", "-audit-log", auditLog}, cli...)...)
 	require.Equal(t, exitOK, r.code, r.stderr)
-	audit := auditLine(t, r.stderr)
+	assert.NotContains(t, r.stderr, "channel=audit", "-audit-log takes the record")
+	logged, err := os.ReadFile(auditLog)
+	require.NoError(t, err)
+	audit := auditLine(t, string(logged))
 	assert.Contains(t, audit, "actor=support-7")
 	assert.Contains(t, audit, "dimension=descriptor")
 	assert.NotContains(t, audit, tenant)

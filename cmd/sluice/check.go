@@ -339,13 +339,22 @@ func describeApp(out *checkOut, cfg app.Config, data []byte, exposed []string, n
 		}
 		out.Plans = append(out.Plans, po)
 	}
+	used := map[string]bool{}
 	for _, r := range exposed {
 		x, err := lim.Explain(app.Request{Route: r, ClientIP: checkIP, Cost: 1})
 		ro := routeOut{Route: r}
 		if err == nil {
 			ro.Profile = x.Profile
+			used[x.Profile] = true
 		}
 		out.Exposed = append(out.Exposed, ro)
+	}
+	if len(exposed) > 0 {
+		for _, pc := range cfg.Profiles {
+			if !used[pc.Name] {
+				out.Warnings = append(out.Warnings, fmt.Sprintf("profile %s limits none of the exposed routes (its routes: %s)", pc.Name, strings.Join(pc.Routes, ", ")))
+			}
+		}
 	}
 	var total int64
 	for _, b := range keys {

@@ -149,6 +149,12 @@ func TestCheckPassesTheShippedConfigurations(t *testing.T) {
 	for _, rt := range out.Exposed {
 		assert.NotEmpty(t, rt.Profile, rt.Route)
 	}
+	for _, w := range out.Warnings {
+		assert.NotContains(t, w, "limits none of the exposed routes", "the demo exposes a route of every profile")
+	}
+	r = sluice(t, env, "", "check", "-config", demoConfig, "-expose", "GET /api/v1/search")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "warning: profile login limits none of the exposed routes")
 	require.Len(t, out.Domains, 1)
 	assert.Equal(t, "edge", out.Domains[0].Domain)
 	require.NotNil(t, out.Memory)
