@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice/app"
@@ -283,10 +284,20 @@ func runReset(ctx context.Context, args []string, io ioSet) error {
 		return err
 	}
 	defer s.close()
+	// Everything that can be refused is, before the question.
 	var what string
+	var wr app.WindowsRequest
 	if t.envoy() {
+		if wr, err = s.windowsRequest(&t); err != nil {
+			return err
+		}
 		what = fmt.Sprintf("the windows of %d descriptor(s) of domain %q", len(t.descriptors), t.domain)
 	} else {
+		for _, p := range profiles {
+			if p != app.DefaultFacadeProfile && !slices.ContainsFunc(s.cfg.Profiles, func(pc app.ProfileConfig) bool { return pc.Name == p }) {
+				return fail(exitUnknown, fmt.Errorf("-profile %q: no profile of that name", p))
+			}
+		}
 		for _, r := range routes {
 			rr, _, err := t.request(r)
 			if err != nil {
@@ -309,15 +320,11 @@ func runReset(ctx context.Context, args []string, io ioSet) error {
 	}
 	var n int
 	if t.envoy() {
-		wr, err := s.windowsRequest(&t)
-		if err != nil {
-			return err
-		}
 		n, err = s.lim.ResetWindows(ctx, wr, actor)
-		if err != nil {
-			return err
-		}
-	} else if n, err = s.lim.Reset(ctx, req); err != nil {
+	} else {
+		n, err = s.lim.Reset(ctx, req)
+	}
+	if err != nil {
 		return err
 	}
 	ttl := s.cfg.RefusalCacheTTL

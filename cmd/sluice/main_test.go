@@ -183,6 +183,7 @@ func TestExitCodes(t *testing.T) {
 		{"descriptor without limit", map[string]string{"RATE_LIMIT_HMAC_SECRET": secret}, []string{"explain", "-envoy-config", envoyDir, "-domain", "edge", "-descriptor", "colour=red"}, exitUnknown, "no descriptor matches a limit"},
 		{"bad ip", map[string]string{"RATE_LIMIT_HMAC_SECRET": secret}, []string{"explain", "-config", demoConfig, "-route", "GET /api/v1/search", "-ip", "300.1.1.1"}, exitBadIdentity, "-ip"},
 		{"reset without actor", map[string]string{"RATE_LIMIT_HMAC_SECRET": secret, "REDIS_URL": redisURL}, []string{"reset", "-config", demoConfig, "-user", "u"}, exitUsage, "-actor"},
+		{"reset of an unknown profile", map[string]string{"RATE_LIMIT_HMAC_SECRET": secret, "REDIS_URL": redisURL}, []string{"reset", "-config", demoConfig, "-user", "u", "-actor", "a", "-profile", "nope"}, exitUnknown, "no profile of that name"},
 		{"peek without identity", map[string]string{"RATE_LIMIT_HMAC_SECRET": secret, "REDIS_URL": redisURL}, []string{"peek", "-config", demoConfig}, exitUsage, "identity"},
 		{"invalid configuration", map[string]string{"RATE_LIMIT_HMAC_SECRET": secret}, []string{"explain", "-config", "testdata/bad/zero-limit.yaml", "-route", "GET /api/v1/search"}, exitInvalid, "zero-limit.yaml:9:"},
 	}
