@@ -8,7 +8,7 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Go's race detector needs cgo.
 export CGO_ENABLED := 1
 
-.PHONY: all deps test test-short bench bench-http bench-smoke bench-go lint cover demo rls tidy
+.PHONY: all deps test test-short bench bench-http bench-smoke bench-go lint cover demo rls sluice check-config tidy
 
 all: lint test
 
@@ -114,6 +114,20 @@ demo:
 ## embedded local store, or on Redis with REDIS_URL. -dev as for demo.
 rls:
 	$(GO) run ./cmd/sluice-rls -config deploy/envoy/config -dev
+
+## sluice: install the operator's tool, cmd/sluice (check, explain, peek,
+## reset), into $(go env GOPATH)/bin; `go install
+## github.com/sluicehq/sluice/cmd/sluice@latest` does the same from
+## anywhere.
+sluice:
+	$(GO) install ./cmd/sluice
+	@echo "installed: $$($(GO) env GOPATH)/bin/sluice (sluice --help)"
+
+## check-config: `sluice check` on the shipped configurations, as a CI step
+## before a deploy would run it (without the secret: -skip-secret).
+check-config:
+	$(GO) run ./cmd/sluice check -skip-secret -config examples/demo/sluice.yaml \
+		-expose-file cmd/sluice/testdata/demo-routes.txt -envoy-config deploy/envoy/config
 
 ## lint: gofmt, go vet and staticcheck (pinned), on the module and on
 ## bench/.

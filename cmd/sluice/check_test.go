@@ -1,0 +1,182 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/adapters/envoyrls"
+	"github.com/sluicehq/sluice/app"
+)
+
+// demoRoutes are the routes examples/demo exposes (its ServeMux patterns
+// and gRPC methods), whose boot check refuses a profile missing.
+const demoRoutes = "testdata/demo-routes.txt"
+
+// TestCheckRefusesWhatTheServiceRefuses: over the project's bad
+// configurations (app's adversarial files, the demo's configuration
+// without a profile, sluice-rls's invalid files, and cmd/sluice's own),
+// check fails with exit status 1 and prints every message the services'
+// loaders return, each line prefixed with the file and, where the field
+// is written, its line.
+func TestCheckRefusesWhatTheServiceRefuses(t *testing.T) {
+	secret := newSecret(t)
+	env := map[string]string{"RATE_LIMIT_HMAC_SECRET": secret}
+	withSecret := func(k string) (string, bool) {
+		if k == app.EnvHMACSecret {
+			return secret, true
+		}
+		return "", false
+	}
+	type badFile struct {
+		file     string
+		envoy    bool
+		exposed  string // an -expose-file
+		wantLine int    // the line of the first error, when the field is written
+	}
+	var files []badFile
+	for _, pattern := range []string{"../../app/testdata/adversarial/*.yaml", "testdata/bad/*.yaml"} {
+		m, err := filepath.Glob(pattern)
+		require.NoError(t, err)
+		require.NotEmpty(t, m, pattern)
+		for _, f := range m {
+			files = append(files, badFile{file: f})
+		}
+	}
+	envoyBad, err := filepath.Glob("../../adapters/envoyrls/testdata/invalid/*.yaml")
+	require.NoError(t, err)
+	require.NotEmpty(t, envoyBad)
+	for _, f := range envoyBad {
+		files = append(files, badFile{file: f, envoy: true})
+	}
+	files = append(files, badFile{file: "../../examples/demo/testdata/missing-profile.yaml", exposed: demoRoutes, wantLine: 19})
+	lines := map[string]int{
+		"bad/unknown-field.yaml": 7, "bad/zero-limit.yaml": 9, "bad/bad-duration.yaml": 8, "bad/plan-over-ceiling.yaml": 13,
+		"bad/route-twice.yaml": 10, "bad/secret-short.yaml": 3, "bad/not-yaml.yaml": 3,
+		"invalid/unknown-field.yaml": 6, "invalid/unlimited.yaml": 7, "invalid/bad-unit.yaml": 5, "invalid/missing-key.yaml": 2,
+	}
+	for i := range files {
+		if n, ok := lines[filepath.Base(filepath.Dir(files[i].file))+"/"+filepath.Base(files[i].file)]; ok {
+			files[i].wantLine = n
+		}
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(filepath.Dir(f.file))+"/"+filepath.Base(f.file), func(t *testing.T) {
+			t.Parallel()
+			env, lookup := env, withSecret
+			if strings.HasPrefix(filepath.Base(f.file), "secret-") {
+				// The file's own secret is the one checked: none in the
+				// environment, whose secret would win.
+				env, lookup = nil, func(string) (string, bool) { return "", false }
+			}
+			// What the service says: the loaders it calls at boot.
+			var serviceErr error
+			args := []string{"check"}
+			if f.envoy {
+				_, serviceErr = envoyrls.LoadConfig(f.file)
+				args = append(args, "-envoy-config", f.file)
+			} else {
+				data, err := os.ReadFile(f.file)
+				require.NoError(t, err)
+				var cfg app.Config
+				cfg, serviceErr = app.ParseConfig(data, lookup)
+				args = append(args, "-config", f.file)
+				if serviceErr == nil && f.exposed != "" {
+					routes, err := readRoutes(f.exposed)
+					require.NoError(t, err)
+					serviceErr = cfg.CheckRoutes(routes)
+					args = append(args, "-expose-file", f.exposed)
+				}
+			}
+			require.Error(t, serviceErr, "the service refuses this file")
+
+			r := sluice(t, env, "", args...)
+			assert.Equal(t, exitInvalid, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+			for _, line := range strings.Split(serviceErr.Error(), "\n") {
+				assert.Contains(t, r.stderr, line, "the service's own message")
+			}
+			first := strings.SplitN(r.stderr, "\n", 2)[0]
+			assert.True(t, strings.HasPrefix(first, f.file+":"), "names the file: %s", first)
+			if f.wantLine > 0 {
+				assert.True(t, strings.HasPrefix(first, f.file+":"+strconv.Itoa(f.wantLine)+": "), "names line %d: %s", f.wantLine, first)
+			}
+			assert.Contains(t, r.stderr, "the service would refuse to boot")
+
+			if f.wantLine == 0 {
+				return
+			}
+			// JSON: the same errors, each with its file.
+			r = sluice(t, env, "", append(args, "-json")...)
+			assert.Equal(t, exitInvalid, r.code)
+			var out checkOut
+			require.NoError(t, json.Unmarshal([]byte(r.stdout), &out), r.stdout)
+			assert.False(t, out.Valid)
+			require.NotEmpty(t, out.Errors)
+			for _, e := range out.Errors {
+				assert.Equal(t, f.file, e.File)
+				assert.Contains(t, serviceErr.Error(), strings.SplitN(e.Message, "\n", 2)[0])
+			}
+		})
+	}
+}
+
+// TestCheckPassesTheShippedConfigurations: the demo's, app's full one and
+// sluice-rls's deploy files are valid; the report lists profiles, plans,
+// routes, domains and the memory needed, and warns.
+func TestCheckPassesTheShippedConfigurations(t *testing.T) {
+	env := map[string]string{"RATE_LIMIT_HMAC_SECRET": newSecret(t)}
+	r := sluice(t, env, "", "check", "-config", demoConfig, "-expose-file", demoRoutes, "-envoy-config", "../../deploy/envoy/config", "-identities", "1000", "-json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var out checkOut
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &out))
+	assert.True(t, out.Valid)
+	names := map[string]profOut{}
+	for _, p := range out.Profiles {
+		names[p.Name] = p
+	}
+	assert.Len(t, names, 6)
+	assert.Equal(t, []string{"GET /api/v1/search"}, names["search"].Routes)
+	assert.Equal(t, 5, names["search"].Keys, "ip, user burst, user gcra, the tenant's shared log, the tenant-global log")
+	require.Len(t, out.Plans, 2)
+	assert.Equal(t, "pro", out.Plans[0].Name)
+	for _, rt := range out.Exposed {
+		assert.NotEmpty(t, rt.Profile, rt.Route)
+	}
+	for _, w := range out.Warnings {
+		assert.NotContains(t, w, "limits none of the exposed routes", "the demo exposes a route of every profile")
+	}
+	r = sluice(t, env, "", "check", "-config", demoConfig, "-expose", "GET /api/v1/search")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "warning: profile login limits none of the exposed routes")
+	require.Len(t, out.Domains, 1)
+	assert.Equal(t, "edge", out.Domains[0].Domain)
+	require.NotNil(t, out.Memory)
+	assert.Equal(t, int64(1000), out.Memory.Identities)
+	// At 1000 identities the memory is 1000 times one identity's.
+	r2 := sluice(t, env, "", "check", "-config", demoConfig, "-envoy-config", "../../deploy/envoy/config", "-identities", "2000", "-json")
+	var out2 checkOut
+	require.NoError(t, json.Unmarshal([]byte(r2.stdout), &out2))
+	assert.Equal(t, 2*out.Memory.Bytes, out2.Memory.Bytes)
+	assert.NotEmpty(t, out.Warnings, "the demo sets no redis_memory_budget_mb")
+
+	for _, f := range []string{"../../app/testdata/full.yaml", "../../app/testdata/reservations.yaml"} {
+		r := sluice(t, env, "", "check", "-config", f)
+		assert.Equal(t, exitOK, r.code, "%s: %s", f, r.stderr)
+		assert.Regexp(t, regexp.MustCompile(`(?m)^valid$`), r.stdout)
+	}
+
+	// Without the secret, as in CI: refused unless -skip-secret, which says so.
+	r = sluice(t, nil, "", "check", "-config", demoConfig)
+	assert.Equal(t, exitInvalid, r.code)
+	assert.Contains(t, r.stderr, "HMAC secret missing")
+	r = sluice(t, nil, "", "check", "-config", demoConfig, "-skip-secret")
+	assert.Equal(t, exitOK, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "-skip-secret: the HMAC secret was not checked")
+}
