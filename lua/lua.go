@@ -1,21 +1,34 @@
-// Package lua holds sluice's Redis script, embedded in the binary.
+// Package lua holds sluice's Redis script, embedded in the binary: one
+// script for every op of the Redis store (docs/adr/017-the-redis-script.md).
 //
-// A released script is immutable: servers cache scripts by SHA1 and a
-// fleet mid-deploy runs two versions side by side, so a script's text and
-// its argument layout never change once released. A test pins the SHA1
-// so that an accidental edit fails the build.
+// How it changes after a release (docs/adr/017, "After the first
+// release"):
+//
+//  1. A released script is immutable. Servers cache scripts by SHA1 and a
+//     fleet mid-deploy runs two releases side by side, so a script's
+//     text, argument layout and encodings never change once released. A
+//     test pins its SHA1, so that any edit, even to a comment, fails.
+//  2. A change is a new file (rate_limit_v6.lua) with a new constant, and
+//     the store switches to it in the same release.
+//  3. The new script reads every key its predecessor writes, and writes
+//     nothing its predecessor cannot read while both may run: during a
+//     rolling deploy they decide on the same keys.
+//  4. It comes with an upgrade test: the predecessor, kept embedded until
+//     no supported release runs it, and the new script taking turns on
+//     the same keys against the Go reference, every answer equal.
 package lua
 
 import _ "embed" // for go:embed
 
-// RateLimitV5 is rate_limit_v5.lua, the script the Redis store runs:
+// RateLimitV5 is rate_limit_v5.lua, the script the Redis store runs (the
+// first release's; its number continues the unreleased history):
 // Evaluate, Peek and the repeated form, Reserve, Settle and Renew, with
 // each distinct key sent once and each limit naming its key by index, so
 // that several sliding-log windows of one request count in one shared
 // log, read once and written once
 // (docs/adr/015-one-log-per-principal.md). Its header documents the
 // KEYS/ARGV layout, the replies and the encodings; see
-// docs/adr/016-redis-script-v5.md.
+// docs/adr/017-the-redis-script.md.
 //
 //go:embed rate_limit_v5.lua
 var RateLimitV5 string

@@ -1,7 +1,8 @@
 // Package redis is the sluice Store on Redis, standalone or Cluster, through
 // github.com/redis/rueidis.
 //
-// Every call is one round trip: the versioned script lua.RateLimitV5
+// Every call is one round trip: the script lua.RateLimitV5
+// (docs/adr/017-the-redis-script.md)
 // checks all the limits of a request and consumes on every key only when
 // every limit admits, atomically, since a script runs alone on its node.
 // The same script holds reservations (ports.Reserver: Reserve, Settle,
