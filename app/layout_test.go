@@ -194,10 +194,10 @@ func decisionOf(d domain.Decision) string {
 }
 
 // TestSharedLogAlgorithmChange is what ADR-015 says of a window that
-// changes algorithm under log_layout shared: the window that leaves the
-// log starts on a key of its own, empty unless it named the log; the
-// windows that stay keep their units, on a key that is the old log only
-// when the longest of them still names it.
+// changes algorithm: the window that leaves the log starts on a key of
+// its own, empty unless it named the log; the windows that stay keep
+// their units, on a key that is the old log only when the longest of them
+// still names it.
 func TestSharedLogAlgorithmChange(t *testing.T) {
 	// burst 5 per second and sustained 20 per 10 s, one log.
 	cfg := func(burst, sustained domain.Algorithm) app.Config {
