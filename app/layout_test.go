@@ -188,11 +188,6 @@ func TestSharedLogCountsExactly(t *testing.T) {
 	}
 }
 
-// decisionOf is what must be identical between two instances.
-func decisionOf(d domain.Decision) string {
-	return fmt.Sprintf("%s %s rem=%d retry=%s reset=%s windows=%v", d.State, d.LimitingWindow, d.Remaining, d.RetryAfter, d.ResetAfter, d.Windows.All())
-}
-
 // TestSharedLogAlgorithmChange is what ADR-015 says of a window that
 // changes algorithm: the window that leaves the log starts on a key of
 // its own, empty unless it named the log; the windows that stay keep
@@ -505,9 +500,10 @@ func (p *partitionedLocal) Partition(key string) (int, bool) {
 	return id, true
 }
 
-// splitView is decisionOf without the reset-afters: a side released
-// after a refusal elsewhere reports the reset-after its reservation saw
-// (split.go's release restores the remaining counts only).
+// splitView is what must be identical between two instances, without
+// the reset-afters: a side released after a refusal elsewhere reports the
+// reset-after its reservation saw (split.go's release restores the
+// remaining counts only).
 func splitView(d domain.Decision) string {
 	s := fmt.Sprintf("%s %s rem=%d retry=%s", d.State, d.LimitingWindow, d.Remaining, d.RetryAfter)
 	for _, w := range d.Windows.All() {
