@@ -96,8 +96,8 @@ type ResetRequest struct {
 // (which holds the degraded counts and the bypass caps), refusals this
 // instance remembers are dropped, and the act is recorded (the Recorder's
 // RecordReset, the security-audit channel). It returns how many keys were
-// reset: every window's own key, whatever Config.LogLayout, which covers
-// the shared logs of docs/adr/015 (each is the key of one of its windows).
+// reset: every window's own key, which covers the shared logs of
+// docs/adr/015 (each is the key of one of its windows).
 //
 // A request naming no identity for its dimension, or an unknown profile,
 // is refused with a *domain.ContextError before anything is reset. A
@@ -202,10 +202,10 @@ func (l *Limiter) resetProfiles(names []string) (profiles []*profile, facade boo
 
 // profileResetKeys lists the keys of p's windows of dims for id, and the
 // bypass cap's when id's client is of one of dims. It lists every
-// window's own key, whatever Config.LogLayout: a shared log is the key
-// of one of its windows (docs/adr/015), so these are the keys of every
-// layout, and a reset forgets a principal's counts on a fleet whose
-// instances run different layouts (a rollout) as on one that does not.
+// window's own key: a shared log is the key of one of its windows
+// (docs/adr/015), and a window whose log moved (a change of period or
+// algorithm) left its units on its own key or the old log's, another
+// window's own key.
 func profileResetKeys(p *profile, id identity, dims []domain.Dimension) []string {
 	// No key layout: every window names its own key.
 	only := &profile{RouteProfile: domain.RouteProfile{Name: p.Name}}

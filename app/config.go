@@ -164,15 +164,6 @@ type Config struct {
 	// Plans scale or replace the limits of some profiles for the tenants
 	// and api keys assigned to them (docs/adr/006).
 	Plans []PlanConfig `yaml:"plans" validate:"max=1000,unique=Name,dive"`
-	// LogLayout is how sliding-log windows name their keys
-	// (docs/adr/015): "shared" (the default) counts the sliding-log
-	// windows of one principal in one log, the key of its window with the
-	// longest period; "per_window" gives each window a key of its own
-	// (docs/adr/004); "both" decides as shared and checks each window
-	// moved to a shared log on its own key too, the step of a rollout
-	// between the two (docs/runbook.md). GCRA and concurrency windows
-	// keep a key each in every layout.
-	LogLayout LogLayout `yaml:"log_layout"`
 	// PlanCeiling bounds every plan: no plan window may exceed PlanCeiling
 	// times the profile's own limit (default 100).
 	PlanCeiling float64 `yaml:"plan_ceiling" validate:"min=1,max=100000"`
@@ -431,7 +422,6 @@ func (c Config) WithDefaults() Config {
 	c.PseudonymCacheSize = cmp.Or(c.PseudonymCacheSize, DefaultPseudonymCacheSize)
 	c.ReservationTTL = cmp.Or(c.ReservationTTL, DefaultReservationTTL)
 	c.SplitLeaseTTL = cmp.Or(c.SplitLeaseTTL, DefaultSplitLeaseTTL)
-	c.LogLayout = cmp.Or(c.LogLayout, LogLayoutShared)
 	if c.InstanceID == "" {
 		c.InstanceID = "sluice"
 		if h, err := os.Hostname(); err == nil && h != "" && len(h) <= 128 {

@@ -106,7 +106,7 @@ func decodeError(doc *yaml.Node, err error) error {
 }
 
 // enumFields are the keys whose values are names of a closed set.
-var enumFields = map[string]bool{"algorithm": true, "family": true, "read": true, "auth": true, "costly": true, "degraded": true, "log_layout": true}
+var enumFields = map[string]bool{"algorithm": true, "family": true, "read": true, "auth": true, "costly": true, "degraded": true}
 
 // typeError maps one message of a *yaml.TypeError to a ConfigError.
 func typeError(refs []fieldRef, msg string) error {

@@ -72,8 +72,9 @@ type CountedWindow struct {
 // whose tags fall in different partitions of the store are decided
 // through one reservation per partition, released everywhere when one
 // refuses (docs/adr/013): still all or nothing. Each window has a key of
-// its own whatever Config.LogLayout: the caller names every window, and
-// an Envoy descriptor carries one rate (docs/adr/015). The Decision lists the windows in request order
+// its own, never a shared log: the caller names every window, and an
+// Envoy descriptor carries one rate (docs/adr/015). The Decision lists
+// the windows in request order
 // (Decision.Windows), so a caller reads each window's own remaining and
 // reset. A request the store could never admit (a bad window, a cost above
 // its limit, a subject out of bounds) is RejectedInvalidContext with cause

@@ -37,12 +37,9 @@ type Explanation struct {
 type ExplainedWindow struct {
 	Dimension domain.Dimension
 	Window    domain.Window
-	// Key is the store key the window counts on: under log_layout shared
-	// the sliding-log windows of one principal share one (docs/adr/015).
+	// Key is the store key the window counts on: the sliding-log windows
+	// of one principal share one (docs/adr/015).
 	Key string
-	// Hidden is set for a window checked again on its own key under
-	// log_layout both; it never shows in headers or metrics.
-	Hidden bool
 }
 
 // Explain resolves req as Evaluate would, without a store and without
@@ -86,7 +83,7 @@ func (l *Limiter) ExplainWindows(req WindowsRequest) (Explanation, error) {
 func explained(ev *evaluation) []ExplainedWindow {
 	ws := make([]ExplainedWindow, ev.n)
 	for i, lim := range ev.limits[:ev.n] {
-		ws[i] = ExplainedWindow{Dimension: ev.dims[i], Window: lim.Window, Key: lim.Key, Hidden: i >= ev.n-ev.hide}
+		ws[i] = ExplainedWindow{Dimension: ev.dims[i], Window: lim.Window, Key: lim.Key}
 	}
 	return ws
 }

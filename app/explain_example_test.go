@@ -10,7 +10,7 @@ import (
 
 // ExampleLimiter_Explain shows what a request counts, without a store:
 // its profile and each window with its key, pseudonymised (what `sluice
-// explain` prints). Under log_layout shared the user's two sliding logs
+// explain` prints). The user's two sliding logs
 // share one key.
 func ExampleLimiter_Explain() {
 	cfg, err := app.ParseConfig([]byte(`

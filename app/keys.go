@@ -105,11 +105,9 @@ func (id identity) client() (domain.Dimension, string) {
 // reservation, or a reset), its concurrency windows at one slot each;
 // Evaluate leaves them out (docs/adr/012). Each window's key is the one
 // p's layout names (docs/adr/015): the sliding-log windows of a principal
-// may share one, and under log_layout both the windows moved to a shared
-// log come again at the end, on their own keys, as hidden limits. The
-// keys are appended to one buffer of their exact length, in request
-// order, and cut from it, so that a decision allocates once for all of
-// them and the buffer is the keys end to end.
+// may share one. The keys are appended to one buffer of their exact
+// length, in request order, and cut from it, so that a decision allocates
+// once for all of them and the buffer is the keys end to end.
 func (ev *evaluation) addProfileKeys(p *profile, id identity, cost int64, held bool) {
 	counted := func(w domain.Window) bool { return held || w.Algorithm != domain.Concurrency }
 	total := 0
@@ -119,9 +117,6 @@ func (ev *evaluation) addProfileKeys(p *profile, id identity, cost int64, held b
 			for j, w := range dw.Windows {
 				if counted(w) {
 					total += profileKey(tag, dw.Dimension, pid, p.Name, p.keyWindow(d, j)).Len()
-				}
-				if p.hidden(d, j) {
-					total += profileKey(tag, dw.Dimension, pid, p.Name, w.Name).Len()
 				}
 			}
 		}
@@ -143,26 +138,14 @@ func (ev *evaluation) addProfileKeys(p *profile, id identity, cost int64, held b
 			}
 		}
 	}
-	for d, dw := range p.Dimensions {
-		if pid := id.of(dw.Dimension); pid != "" {
-			for j, w := range dw.Windows {
-				if p.hidden(d, j) {
-					buf = profileKey(id.tagOf(dw.Dimension), dw.Dimension, pid, p.Name, w.Name).AppendKey(buf)
-					ends[n] = len(buf)
-					n++
-				}
-			}
-		}
-	}
 	// The buffer is never written again: the keys may share it as strings.
 	all := unsafe.String(unsafe.SliceData(buf), len(buf))
 	n0, start, i := ev.n, 0, 0
-	hide := ev.hide
-	for d, dw := range p.Dimensions {
+	for _, dw := range p.Dimensions {
 		if id.of(dw.Dimension) == "" {
 			continue // the request lacks this identity
 		}
-		for j, w := range dw.Windows {
+		for _, w := range dw.Windows {
 			if !counted(w) {
 				continue
 			}
@@ -170,24 +153,8 @@ func (ev *evaluation) addProfileKeys(p *profile, id identity, cost int64, held b
 			if w.Algorithm == domain.Concurrency {
 				c = 1 // a request holds one slot, whatever its cost
 			}
-			if p.hidden(d, j) {
-				// Its hidden limit comes in the same order below.
-				ev.twin[ev.hide] = uint8(ev.n)
-				ev.hide++
-			}
 			ev.add(domain.Limit{Key: all[start:ends[i]], Window: w, Cost: c}, dw.Dimension)
 			start, i = ends[i], i+1
-		}
-	}
-	for d, dw := range p.Dimensions {
-		if ev.hide == hide || id.of(dw.Dimension) == "" {
-			continue // nothing hidden (every layout but both), or no identity
-		}
-		for j, w := range dw.Windows {
-			if p.hidden(d, j) {
-				ev.add(domain.Limit{Key: all[start:ends[i]], Window: w, Cost: cost}, dw.Dimension)
-				start, i = ends[i], i+1
-			}
 		}
 	}
 	if n0 == 0 {

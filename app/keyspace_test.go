@@ -56,7 +56,7 @@ func TestRedisKeyspaceHoldsNoRawIdentifier(t *testing.T) {
 			break
 		}
 	}
-	// 6 pipeline keys (log_layout shared, docs/adr/015: one log for the
+	// 6 pipeline keys (shared logs, docs/adr/015: one log for the
 	// ip's, the api key's and the tenant's burst and sustained, the
 	// user's burst log and GCRA sustained key, the tenant-global log), 1
 	// for the anonymous login (its ip log), 2 + 1 for the façades (one

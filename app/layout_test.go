@@ -37,16 +37,15 @@ const (
 // tenant-global window) and a pair profile: an ip burst of 5 per second
 // and sustained of 8 per 10 s, listed longest first so that the log is
 // named by the first window.
-func layoutConfig(layout app.LogLayout) app.Config {
+func layoutConfig() app.Config {
 	pair := func(burst, sustained int64) []app.WindowConfig {
 		return []app.WindowConfig{{Name: "burst", Limit: burst, Period: time.Second}, {Name: "sustained", Limit: sustained, Period: time.Minute}}
 	}
 	return app.Config{
 		HMACSecret: testSecret,
 		InstanceID: "test-layout",
-		LogLayout:  layout,
-		// Every answer comes from the store: the layouts are compared call
-		// by call.
+		// Every answer comes from the store: the instances are compared
+		// call by call.
 		RefusalCacheSize: -1,
 		// A comparison, not a test of deadlines: under the race detector
 		// on a loaded machine a call split across partitions once took
@@ -85,16 +84,15 @@ func keyDim(key string) string {
 	return dim
 }
 
-// TestLogLayoutKeys checks which keys a decision names in each layout: a
-// principal's sliding-log windows on the key of its longest, GCRA windows
-// on their own, and, under both, the moved windows on their own key too.
+// TestLogLayoutKeys checks which keys a decision names: a principal's
+// sliding-log windows on the key of its longest, GCRA windows on their
+// own.
 func TestLogLayoutKeys(t *testing.T) {
 	withGCRA := func(c *app.Config) {
 		c.Profiles[0].Windows.User[1].Algorithm = domain.GCRA
 	}
 	tests := []struct {
 		name   string
-		layout app.LogLayout
 		mutate func(*app.Config)
 		route  string
 		// want lists each limit's dimension and key window, in request
@@ -102,32 +100,18 @@ func TestLogLayoutKeys(t *testing.T) {
 		want     []string
 		distinct int
 	}{
-		{"shared, nine windows in five logs", app.LogLayoutShared, nil, routeNine, []string{
+		{"shared, nine windows in five logs", nil, routeNine, []string{
 			"ip:sustained", "ip:sustained", "user:sustained", "user:sustained", "apikey:sustained", "apikey:sustained",
 			"tenant:sustained", "tenant:sustained", "tenant_global:sustained"}, 5},
-		{"default is shared", 0, nil, routeNine, []string{
-			"ip:sustained", "ip:sustained", "user:sustained", "user:sustained", "apikey:sustained", "apikey:sustained",
-			"tenant:sustained", "tenant:sustained", "tenant_global:sustained"}, 5},
-		{"per window", app.LogLayoutPerWindow, nil, routeNine, []string{
-			"ip:burst", "ip:sustained", "user:burst", "user:sustained", "apikey:burst", "apikey:sustained",
-			"tenant:burst", "tenant:sustained", "tenant_global:sustained"}, 9},
-		{"both: the moved windows again at the end", app.LogLayoutBoth, nil, routeNine, []string{
-			"ip:sustained", "ip:sustained", "user:sustained", "user:sustained", "apikey:sustained", "apikey:sustained",
-			"tenant:sustained", "tenant:sustained", "tenant_global:sustained",
-			"ip:burst", "user:burst", "apikey:burst", "tenant:burst"}, 9},
-		{"a GCRA window keeps its key; a lone log its own name", app.LogLayoutShared, withGCRA, routeNine, []string{
+		{"a GCRA window keeps its key; a lone log its own name", withGCRA, routeNine, []string{
 			"ip:sustained", "ip:sustained", "user:burst", "user:sustained", "apikey:sustained", "apikey:sustained",
 			"tenant:sustained", "tenant:sustained", "tenant_global:sustained"}, 6},
-		{"both with a GCRA window: nothing moved on that principal", app.LogLayoutBoth, withGCRA, routeNine, []string{
-			"ip:sustained", "ip:sustained", "user:burst", "user:sustained", "apikey:sustained", "apikey:sustained",
-			"tenant:sustained", "tenant:sustained", "tenant_global:sustained",
-			"ip:burst", "apikey:burst", "tenant:burst"}, 9},
-		{"the longest names the log wherever it is listed", app.LogLayoutShared, nil, routePair, []string{
+		{"the longest names the log wherever it is listed", nil, routePair, []string{
 			"ip:sustained", "ip:sustained"}, 1},
-		{"a tie of periods: the first listed", app.LogLayoutShared, func(c *app.Config) {
+		{"a tie of periods: the first listed", func(c *app.Config) {
 			c.Profiles[1].Windows.IP[1].Period = 10 * time.Second
 		}, routePair, []string{"ip:sustained", "ip:sustained"}, 1},
-		{"a tie of periods, the other order", app.LogLayoutShared, func(c *app.Config) {
+		{"a tie of periods, the other order", func(c *app.Config) {
 			ws := c.Profiles[1].Windows.IP
 			ws[0], ws[1] = ws[1], ws[0]
 			ws[0].Period = 10 * time.Second
@@ -135,7 +119,7 @@ func TestLogLayoutKeys(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := layoutConfig(tt.layout)
+			cfg := layoutConfig()
 			if tt.mutate != nil {
 				tt.mutate(&cfg)
 			}
@@ -150,12 +134,7 @@ func TestLogLayoutKeys(t *testing.T) {
 			assert.Equal(t, tt.want, got)
 			assert.Len(t, slices.Compact(slices.Sorted(slices.Values(keys))), tt.distinct)
 			assertNoRawIdentifier(t, keys)
-			// The hidden limits never reach what the decision reports.
-			shown := min(len(tt.want), 9)
-			if tt.route == routePair {
-				shown = 2
-			}
-			assert.Len(t, d.Windows.All(), shown)
+			assert.Len(t, d.Windows.All(), len(tt.want))
 		})
 	}
 }
@@ -163,8 +142,8 @@ func TestLogLayoutKeys(t *testing.T) {
 // TestSharedLogCountsExactly runs burst 5/s and sustained 8/10 s, one
 // log, through the Limiter on the reference and the local store: 5 pass,
 // the 6th is refused by the burst, 3 more pass a second later and the
-// next is refused by the sustained window. Every layout answers alike,
-// window by window.
+// next is refused by the sustained window, on every store alike, window
+// by window.
 func TestSharedLogCountsExactly(t *testing.T) {
 	type step struct {
 		at      time.Duration
@@ -191,130 +170,33 @@ func TestSharedLogCountsExactly(t *testing.T) {
 		},
 	}
 	for sname, open := range stores {
-		for _, layout := range []app.LogLayout{app.LogLayoutPerWindow, app.LogLayoutShared, app.LogLayoutBoth} {
-			t.Run(sname+"/"+layout.String(), func(t *testing.T) {
-				clock := fakeclock.New(t0)
-				l := newLayoutLimiter(t, layoutConfig(layout), open(t), clock)
-				var at time.Duration
-				for i, s := range script {
-					clock.Advance(s.at - at)
-					at = s.at
-					d, err := l.Evaluate(context.Background(), app.Request{Route: routePair, ClientIP: rawIP})
-					require.NoError(t, err)
-					assert.Equal(t, s.allowed, d.State == domain.Allowed, "step %d", i)
-					assert.Equal(t, s.window, d.LimitingWindow, "step %d", i)
-					assert.Equal(t, s.remain, d.Remaining, "step %d", i)
-					require.Len(t, d.Windows.All(), 2, "step %d", i)
-				}
-			})
-		}
-	}
-}
-
-// decisionOf is what must be identical whatever the layout.
-func decisionOf(d domain.Decision) string {
-	return fmt.Sprintf("%s %s rem=%d retry=%s reset=%s windows=%v", d.State, d.LimitingWindow, d.Remaining, d.RetryAfter, d.ResetAfter, d.Windows.All())
-}
-
-// TestLayoutRollout runs the runbook's rollout on one store: per_window
-// instances beside both ones, then both beside shared, then shared alone,
-// and compares every answer with a per_window instance alone on a store
-// of its own that sees the same requests at the same instants. The
-// switch straight from per_window to shared is not exact while both run
-// (the per_window instance misses the units the shared one records only
-// in its log), which the last case shows.
-func TestLayoutRollout(t *testing.T) {
-	run := func(t *testing.T, phases [][]app.LogLayout) (mismatches int) {
-		clock := fakeclock.New(t0)
-		shared := newLocal(t)
-		ref := newLayoutLimiter(t, layoutConfig(app.LogLayoutPerWindow), newLocal(t), clock)
-		fleets := make([][]*app.Limiter, len(phases))
-		for p, layouts := range phases {
-			for _, lay := range layouts {
-				fleets[p] = append(fleets[p], newLayoutLimiter(t, layoutConfig(lay), shared, clock))
-			}
-		}
-		for p, fleet := range fleets {
-			// 30 requests per phase, 150 ms apart, in turn on each instance:
-			// bursts refused, units leaving, the sustained window filling.
-			for i := range 30 {
-				clock.Advance(150 * time.Millisecond)
-				req := app.Request{Route: routePair, ClientIP: rawIP}
-				want, err := ref.Evaluate(context.Background(), req)
+		t.Run(sname, func(t *testing.T) {
+			clock := fakeclock.New(t0)
+			l := newLayoutLimiter(t, layoutConfig(), open(t), clock)
+			var at time.Duration
+			for i, s := range script {
+				clock.Advance(s.at - at)
+				at = s.at
+				d, err := l.Evaluate(context.Background(), app.Request{Route: routePair, ClientIP: rawIP})
 				require.NoError(t, err)
-				got, err := fleet[i%len(fleet)].Evaluate(context.Background(), req)
-				require.NoError(t, err)
-				if decisionOf(got) != decisionOf(want) {
-					mismatches++
-					t.Logf("phase %d step %d on %s: got %s, want %s", p, i, phases[p][i%len(fleet)], decisionOf(got), decisionOf(want))
-				}
+				assert.Equal(t, s.allowed, d.State == domain.Allowed, "step %d", i)
+				assert.Equal(t, s.window, d.LimitingWindow, "step %d", i)
+				assert.Equal(t, s.remain, d.Remaining, "step %d", i)
+				require.Len(t, d.Windows.All(), 2, "step %d", i)
 			}
-		}
-		return mismatches
+		})
 	}
-	pw, both, sh := app.LogLayoutPerWindow, app.LogLayoutBoth, app.LogLayoutShared
-	t.Run("per_window, both, shared: exact at every step", func(t *testing.T) {
-		assert.Zero(t, run(t, [][]app.LogLayout{{pw, both}, {both, sh}, {sh}}))
-	})
-	t.Run("rolled back: shared, both, per_window", func(t *testing.T) {
-		assert.Zero(t, run(t, [][]app.LogLayout{{sh, both}, {both, pw}, {pw}}))
-	})
-	t.Run("per_window straight to shared is not exact", func(t *testing.T) {
-		if run(t, [][]app.LogLayout{{pw, sh}}) == 0 {
-			t.Error("per_window and shared side by side answered as one instance: the runbook's both step would serve nothing")
-		}
-	})
-}
-
-// TestPerWindowToSharedKeepsEveryUnit switches a fleet from per_window to
-// shared at one instant: the shared log is the per_window key of the
-// longest window, which holds every unit, so nothing is lost.
-func TestPerWindowToSharedKeepsEveryUnit(t *testing.T) {
-	clock := fakeclock.New(t0)
-	store := newLocal(t)
-	old := newLayoutLimiter(t, layoutConfig(app.LogLayoutPerWindow), store, clock)
-	req := app.Request{Route: routePair, ClientIP: rawIP}
-	for range 3 {
-		d, err := old.Evaluate(context.Background(), req)
-		require.NoError(t, err)
-		require.Equal(t, domain.Allowed, d.State)
-	}
-	clock.Advance(500 * time.Millisecond)
-	upgraded := newLayoutLimiter(t, layoutConfig(app.LogLayoutShared), store, clock)
-	// The burst still holds the 3 units of 500 ms ago, the sustained
-	// window too: 2 pass, then the burst refuses.
-	for i, want := range []int64{1, 0} {
-		d, err := upgraded.Evaluate(context.Background(), req)
-		require.NoError(t, err)
-		require.Equal(t, domain.Allowed, d.State, "request %d", i)
-		assert.Equal(t, want, d.Remaining, "request %d", i)
-	}
-	d, err := upgraded.Evaluate(context.Background(), req)
-	require.NoError(t, err)
-	assert.Equal(t, domain.Throttled, d.State)
-	assert.Equal(t, "burst", d.LimitingWindow)
-	// A second later the burst is free; the sustained window holds 5 of 8.
-	clock.Advance(time.Second)
-	for range 3 {
-		d, err := upgraded.Evaluate(context.Background(), req)
-		require.NoError(t, err)
-		require.Equal(t, domain.Allowed, d.State)
-	}
-	d, err = upgraded.Evaluate(context.Background(), req)
-	require.NoError(t, err)
-	assert.Equal(t, domain.Throttled, d.State)
-	assert.Equal(t, "sustained", d.LimitingWindow)
 }
 
 // TestSharedLogAlgorithmChange is what ADR-015 says of a window that
-// changes algorithm under log_layout shared: the window that leaves the
-// log starts on a key of its own, empty unless it named the log; the
-// windows that stay keep their units, on a key that is the old log only
-// when the longest of them still names it.
+// changes algorithm: the window that leaves the log starts on a key of
+// its own, empty unless it named the log; the windows that stay keep
+// their units, on a key that is the old log only when the longest of them
+// still names it.
 func TestSharedLogAlgorithmChange(t *testing.T) {
 	// burst 5 per second and sustained 20 per 10 s, one log.
 	cfg := func(burst, sustained domain.Algorithm) app.Config {
-		c := layoutConfig(app.LogLayoutShared)
+		c := layoutConfig()
 		c.Profiles[1].Windows.IP = []app.WindowConfig{
 			{Name: "burst", Limit: 5, Period: time.Second, Algorithm: burst},
 			{Name: "sustained", Limit: 20, Period: 10 * time.Second, Algorithm: sustained},
@@ -376,48 +258,14 @@ func TestSharedLogAlgorithmChange(t *testing.T) {
 	}
 }
 
-// TestLogLayoutConfig checks the layout's configuration: its names in
-// YAML, the default, and the errors.
-func TestLogLayoutConfig(t *testing.T) {
-	yaml := func(layout string) string {
-		return "hmac_secret: " + testSecret + "\n" + layout + `profiles:
-  - name: p
-    family: read
-    routes: ["/x"]
-    windows:
-      ip:
-        - {name: burst, limit: 5, period: 1s}
-        - {name: sustained, limit: 8, period: 10s}
-`
-	}
-	for _, tt := range []struct {
-		line string
-		want app.LogLayout
-	}{
-		{"", app.LogLayoutShared},
-		{"log_layout: shared\n", app.LogLayoutShared},
-		{"log_layout: per_window\n", app.LogLayoutPerWindow},
-		{"log_layout: both\n", app.LogLayoutBoth},
-	} {
-		cfg, err := app.ParseConfig([]byte(yaml(tt.line)), func(string) (string, bool) { return "", false })
-		require.NoError(t, err, "%q", tt.line)
-		assert.Equal(t, tt.want, cfg.LogLayout, "%q", tt.line)
-	}
-
-	_, err := app.ParseConfig([]byte(yaml("log_layout: hashed\n")), func(string) (string, bool) { return "", false })
-	var ce *domain.ConfigError
-	require.ErrorAs(t, err, &ce)
-	assert.Equal(t, "log_layout", ce.Field)
-	var ne *domain.UnknownNameError
-	require.ErrorAs(t, err, &ne)
-	assert.Equal(t, "hashed", ne.Name)
-
+// TestSharedLogConfig checks what the shared logs refuse at boot: two
+// windows of one log with one limit and period, in a profile or a plan.
+func TestSharedLogConfig(t *testing.T) {
 	invalid := []struct {
 		name   string
 		mutate func(*app.Config)
 		field  string
 	}{
-		{"a layout outside the set", func(c *app.Config) { c.LogLayout = 9 }, "log_layout"},
 		{"two windows of one log with one limit and period", func(c *app.Config) {
 			c.Profiles[1].Windows.IP[1] = app.WindowConfig{Name: "burst", Limit: 8, Period: 10 * time.Second}
 		}, "profiles[pair].windows.ip[burst]"},
@@ -427,17 +275,10 @@ func TestLogLayoutConfig(t *testing.T) {
 				"pair": {Windows: app.PlanWindowsConfig{IP: []app.PlanWindowConfig{{Name: "burst", Limit: 8}}}},
 			}}}
 		}, "plans[pro].profiles.pair.windows.ip[burst]"},
-		{"both, past domain.MaxLimits with the hidden limits", func(c *app.Config) {
-			c.LogLayout = app.LogLayoutBoth
-			four := func(d time.Duration) []app.WindowConfig {
-				return []app.WindowConfig{{Name: "a", Limit: 5, Period: d}, {Name: "b", Limit: 6, Period: 2 * d}, {Name: "c", Limit: 7, Period: 3 * d}}
-			}
-			c.Profiles[0].Windows = app.WindowsConfig{IP: four(time.Second), User: four(time.Second), APIKey: four(time.Second), Tenant: four(time.Second)}
-		}, "profiles[nine].windows"},
 	}
 	for _, tt := range invalid {
 		t.Run(tt.name, func(t *testing.T) {
-			c := layoutConfig(app.LogLayoutShared)
+			c := layoutConfig()
 			tt.mutate(&c)
 			err := c.WithDefaults().Validate()
 			var ce *domain.ConfigError
@@ -446,10 +287,6 @@ func TestLogLayoutConfig(t *testing.T) {
 			assert.True(t, errors.Is(err, domain.ErrInvalidConfig))
 		})
 	}
-	// The same windows are fine in a key each.
-	c := layoutConfig(app.LogLayoutPerWindow)
-	c.Profiles[1].Windows.IP[1] = app.WindowConfig{Name: "burst", Limit: 8, Period: 10 * time.Second}
-	require.NoError(t, c.WithDefaults().Validate())
 }
 
 // TestTenantGlobalLogAcrossProfiles: the tenant-global keys are the same
@@ -466,7 +303,7 @@ func TestTenantGlobalLogAcrossProfiles(t *testing.T) {
 		{"another profile with fewer: a key each", global[:1], []string{"minute", "hour"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := layoutConfig(app.LogLayoutShared)
+			cfg := layoutConfig()
 			cfg.Profiles[0].Windows = app.WindowsConfig{TenantGlobal: global}
 			cfg.Profiles[1].Windows = app.WindowsConfig{TenantGlobal: tt.other}
 			r := newRigWith(t, cfg, newFaulty(newLocal(t)), conformance.NewReferenceStore())
@@ -481,45 +318,38 @@ func TestTenantGlobalLogAcrossProfiles(t *testing.T) {
 	}
 }
 
-// TestResetForgetsEveryLayout: a reset lists every window's own key,
+// TestResetForgetsTheSharedLog: a reset lists every window's own key,
 // among which each shared log is, so one reset forgets a principal's
-// counts whatever layout each instance runs.
-func TestResetForgetsEveryLayout(t *testing.T) {
-	for _, layout := range []app.LogLayout{app.LogLayoutShared, app.LogLayoutPerWindow, app.LogLayoutBoth} {
-		t.Run(layout.String(), func(t *testing.T) {
-			clock := fakeclock.New(t0)
-			store := newLocal(t)
-			l := newLayoutLimiter(t, layoutConfig(layout), store, clock)
-			other := newLayoutLimiter(t, layoutConfig(app.LogLayoutPerWindow), store, clock)
-			req := app.Request{Route: routePair, ClientIP: rawIP}
-			for _, lim := range []*app.Limiter{l, l, other, other, l} {
-				d, err := lim.Evaluate(context.Background(), req)
-				require.NoError(t, err)
-				require.Equal(t, domain.Allowed, d.State)
-			}
-			n, err := l.Reset(context.Background(), app.ResetRequest{Dimension: domain.DimensionIP, ClientIP: rawIP, Profiles: []string{"pair"}})
-			require.NoError(t, err)
-			// burst, sustained (the shared log) and the bypass cap.
-			assert.Equal(t, 3, n)
-			for _, lim := range []*app.Limiter{l, other} {
-				d, err := lim.Peek(context.Background(), req)
-				require.NoError(t, err)
-				assert.Equal(t, int64(5), d.Remaining, "a window kept units after the reset")
-			}
-		})
+// counts in every window.
+func TestResetForgetsTheSharedLog(t *testing.T) {
+	clock := fakeclock.New(t0)
+	store := newLocal(t)
+	l := newLayoutLimiter(t, layoutConfig(), store, clock)
+	req := app.Request{Route: routePair, ClientIP: rawIP}
+	for range 3 {
+		d, err := l.Evaluate(context.Background(), req)
+		require.NoError(t, err)
+		require.Equal(t, domain.Allowed, d.State)
 	}
+	n, err := l.Reset(context.Background(), app.ResetRequest{Dimension: domain.DimensionIP, ClientIP: rawIP, Profiles: []string{"pair"}})
+	require.NoError(t, err)
+	// burst, sustained (the shared log) and the bypass cap.
+	assert.Equal(t, 3, n)
+	d, err := l.Peek(context.Background(), req)
+	require.NoError(t, err)
+	assert.Equal(t, int64(5), d.Remaining, "a window kept units after the reset")
 }
 
 // TestSharedLogRefusalCache: the refusal cache repeats a refusal of a
-// window on a shared log only while the store would give it. Against a
-// per_window instance on a store of its own, without a cache, every
-// decision agrees on its state, limiting window and retry-after.
+// window on a shared log only while the store would give it. Against an
+// instance on a store of its own, without a cache, every decision agrees
+// on its state, limiting window and retry-after.
 func TestSharedLogRefusalCache(t *testing.T) {
 	clock := fakeclock.New(t0)
-	cfg := layoutConfig(app.LogLayoutShared)
+	cfg := layoutConfig()
 	cfg.RefusalCacheSize = 64
 	cached := newLayoutLimiter(t, cfg, newLocal(t), clock)
-	ref := newLayoutLimiter(t, layoutConfig(app.LogLayoutPerWindow), newLocal(t), clock)
+	ref := newLayoutLimiter(t, layoutConfig(), newLocal(t), clock)
 	req := app.Request{Route: routePair, ClientIP: rawIP}
 	repeated := 0
 	for i := range 60 {
@@ -544,7 +374,7 @@ func TestSharedLogRefusalCache(t *testing.T) {
 // are admitted exactly to the burst, coalesced or not.
 func TestSharedLogCoalesced(t *testing.T) {
 	clock := fakeclock.New(t0)
-	l := newLayoutLimiter(t, layoutConfig(app.LogLayoutShared), newLocal(t), clock)
+	l := newLayoutLimiter(t, layoutConfig(), newLocal(t), clock)
 	req := app.Request{Route: routePair, ClientIP: rawIP}
 	const n = 40
 	start := make(chan struct{})
@@ -578,34 +408,29 @@ func TestSharedLogCoalesced(t *testing.T) {
 // once, and settling refunds it once: each window then reads the actual
 // cost.
 func TestSharedLogSettlesOnce(t *testing.T) {
-	for _, layout := range []app.LogLayout{app.LogLayoutShared, app.LogLayoutBoth, app.LogLayoutPerWindow} {
-		t.Run(layout.String(), func(t *testing.T) {
-			clock := fakeclock.New(t0)
-			cfg := layoutConfig(layout)
-			cfg.Profiles[1].Settle = &app.SettleConfig{}
-			l := newLayoutLimiter(t, cfg, newLocal(t), clock)
-			req := app.Request{Route: routePair, ClientIP: rawIP, Cost: 3}
-			d, res, err := l.Reserve(context.Background(), req)
-			require.NoError(t, err)
-			require.Equal(t, domain.Allowed, d.State)
-			w := d.Windows.All()
-			require.Len(t, w, 2)
-			assert.Equal(t, []int64{5, 2}, []int64{w[0].Remaining, w[1].Remaining})
-			_, err = res.Settle(context.Background(), 1)
-			require.NoError(t, err)
-			p, err := l.Peek(context.Background(), app.Request{Route: routePair, ClientIP: rawIP, Cost: 1})
-			require.NoError(t, err)
-			w = p.Windows.All()
-			assert.Equal(t, []int64{7, 4}, []int64{w[0].Remaining, w[1].Remaining}, "each window counts the 1 unit settled")
-		})
-	}
+	clock := fakeclock.New(t0)
+	cfg := layoutConfig()
+	cfg.Profiles[1].Settle = &app.SettleConfig{}
+	l := newLayoutLimiter(t, cfg, newLocal(t), clock)
+	req := app.Request{Route: routePair, ClientIP: rawIP, Cost: 3}
+	d, res, err := l.Reserve(context.Background(), req)
+	require.NoError(t, err)
+	require.Equal(t, domain.Allowed, d.State)
+	w := d.Windows.All()
+	require.Len(t, w, 2)
+	assert.Equal(t, []int64{5, 2}, []int64{w[0].Remaining, w[1].Remaining})
+	_, err = res.Settle(context.Background(), 1)
+	require.NoError(t, err)
+	p, err := l.Peek(context.Background(), app.Request{Route: routePair, ClientIP: rawIP, Cost: 1})
+	require.NoError(t, err)
+	w = p.Windows.All()
+	assert.Equal(t, []int64{7, 4}, []int64{w[0].Remaining, w[1].Remaining}, "each window counts the 1 unit settled")
 }
 
 // TestSharedLogMoves: a change that names another key for a window's log
 // under shared (a period change that makes another window the longest,
-// an algorithm change of the longest) leaves the old log's units behind,
-// unless the fleet ran log_layout both for a while first, which wrote
-// each window's own key too (docs/adr/015, "Consequences").
+// an algorithm change of the longest) leaves the old log's units behind
+// (docs/adr/015, "Consequences").
 func TestSharedLogMoves(t *testing.T) {
 	windows := func(burstPeriod time.Duration, sustained domain.Algorithm) []app.WindowConfig {
 		return []app.WindowConfig{
@@ -615,22 +440,19 @@ func TestSharedLogMoves(t *testing.T) {
 	}
 	req := app.Request{Route: routePair, ClientIP: rawIP}
 	tests := []struct {
-		name   string
-		before app.LogLayout
-		after  []app.WindowConfig
+		name  string
+		after []app.WindowConfig
 		// passes is how many requests pass at the change's instant after 4.
 		passes int
 	}{
-		{"the burst becomes the longest: its key is new", app.LogLayoutShared, windows(20*time.Second, domain.SlidingLog), 5},
-		{"the same after both: its key holds every unit", app.LogLayoutBoth, windows(20*time.Second, domain.SlidingLog), 1},
-		{"the sustained leaves the log: the burst's key is new (the sustained window kept its 4)", app.LogLayoutShared, windows(time.Second, domain.GCRA), 4},
-		{"the same after both", app.LogLayoutBoth, windows(time.Second, domain.GCRA), 1},
+		{"the burst becomes the longest: its key is new", windows(20*time.Second, domain.SlidingLog), 5},
+		{"the sustained leaves the log: the burst's key is new (the sustained window kept its 4)", windows(time.Second, domain.GCRA), 4},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := fakeclock.New(t0)
 			store := newLocal(t)
-			cfg := layoutConfig(tt.before)
+			cfg := layoutConfig()
 			cfg.Profiles[1].Windows.IP = windows(time.Second, domain.SlidingLog)
 			before := newLayoutLimiter(t, cfg, store, clock)
 			for range 4 {
@@ -638,7 +460,7 @@ func TestSharedLogMoves(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, domain.Allowed, d.State)
 			}
-			cfg = layoutConfig(app.LogLayoutShared)
+			cfg = layoutConfig()
 			cfg.Profiles[1].Windows.IP = tt.after
 			after := newLayoutLimiter(t, cfg, store, clock)
 			passed := 0
@@ -678,10 +500,10 @@ func (p *partitionedLocal) Partition(key string) (int, bool) {
 	return id, true
 }
 
-// splitView is decisionOf without the reset-afters: a side released
-// after a refusal elsewhere reports the reset-after its reservation saw
-// (split.go's release restores the remaining counts only), in every
-// layout.
+// splitView is what must be identical between two instances, without
+// the reset-afters: a side released after a refusal elsewhere reports the
+// reset-after its reservation saw (split.go's release restores the
+// remaining counts only).
 func splitView(d domain.Decision) string {
 	s := fmt.Sprintf("%s %s rem=%d retry=%s", d.State, d.LimitingWindow, d.Remaining, d.RetryAfter)
 	for _, w := range d.Windows.All() {
@@ -693,77 +515,67 @@ func splitView(d domain.Decision) string {
 // TestSharedLogAcrossPartitions: the ip's log lives under the ip's tag,
 // the other principals' under the tenant's (docs/adr/013). Split into one
 // reservation per tag, and released when one side refuses, the nine
-// windows answer in every layout as a per_window instance on one
-// partition does.
+// windows answer as an instance on one partition does.
 func TestSharedLogAcrossPartitions(t *testing.T) {
-	for _, layout := range []app.LogLayout{app.LogLayoutPerWindow, app.LogLayoutShared, app.LogLayoutBoth} {
-		t.Run(layout.String(), func(t *testing.T) {
-			clock := fakeclock.New(t0)
-			store := &partitionedLocal{Store: newLocal(t), ids: map[string]int{}}
-			split := newLayoutLimiter(t, layoutConfig(layout), store, clock)
-			ref := newLayoutLimiter(t, layoutConfig(app.LogLayoutPerWindow), newLocal(t), clock)
-			req := app.Request{Route: routeNine, ClientIP: rawIP, User: rawUser, Tenant: rawTenant, APIKey: rawAPIKey}
-			refused := 0
-			for i := range 40 {
-				clock.Advance(100 * time.Millisecond)
-				want, err := ref.Evaluate(context.Background(), req)
-				require.NoError(t, err)
-				got, err := split.Evaluate(context.Background(), req)
-				require.NoError(t, err)
-				assert.Equal(t, splitView(want), splitView(got), "step %d", i)
-				if got.State == domain.Throttled {
-					refused++
-				}
-			}
-			assert.Positive(t, refused, "nothing refused: the release path went untested")
-			assert.Len(t, store.ids, 2, "the ip's tag and the tenant's")
-		})
+	clock := fakeclock.New(t0)
+	store := &partitionedLocal{Store: newLocal(t), ids: map[string]int{}}
+	split := newLayoutLimiter(t, layoutConfig(), store, clock)
+	ref := newLayoutLimiter(t, layoutConfig(), newLocal(t), clock)
+	req := app.Request{Route: routeNine, ClientIP: rawIP, User: rawUser, Tenant: rawTenant, APIKey: rawAPIKey}
+	refused := 0
+	for i := range 40 {
+		clock.Advance(100 * time.Millisecond)
+		want, err := ref.Evaluate(context.Background(), req)
+		require.NoError(t, err)
+		got, err := split.Evaluate(context.Background(), req)
+		require.NoError(t, err)
+		assert.Equal(t, splitView(want), splitView(got), "step %d", i)
+		if got.State == domain.Throttled {
+			refused++
+		}
 	}
+	assert.Positive(t, refused, "nothing refused: the release path went untested")
+	assert.Len(t, store.ids, 2, "the ip's tag and the tenant's")
 }
 
-// BenchmarkEvaluateLayouts measures one nine-window decision (every
-// window a sliding log) through the Limiter on the local store, in each
-// layout: 9 keys per window, 5 shared logs, or both's 13 limits.
-// Identities rotate over 256 users of 16 tenants; the clock moves 1 ms a
-// decision.
+// BenchmarkEvaluateSharedLogs measures one nine-window decision (every
+// window a sliding log: 9 limits on 5 shared logs) through the Limiter on
+// the local store. Identities rotate over 256 users of 16 tenants; the
+// clock moves 1 ms a decision.
 //
-//	go test -run '^$' -bench EvaluateLayouts -benchmem ./app/
-func BenchmarkEvaluateLayouts(b *testing.B) {
-	for _, layout := range []app.LogLayout{app.LogLayoutPerWindow, app.LogLayoutShared, app.LogLayoutBoth} {
-		b.Run(layout.String(), func(b *testing.B) {
-			cfg := layoutConfig(layout)
-			w := &cfg.Profiles[0].Windows
-			for _, ws := range [][]app.WindowConfig{w.IP, w.User, w.APIKey, w.Tenant, w.TenantGlobal} {
-				for i := range ws {
-					ws[i].Limit = domain.MaxSlidingLogLimit - int64(i)
-				}
-			}
-			clock := fakeclock.New(t0)
-			l, err := app.New(cfg, app.Deps{Store: newLocal(b), Fallback: newLocal(b), Clock: clock, Recorder: recordertest.Discard{}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { l.Close() })
-			reqs := make([]app.Request, 256)
-			for i := range reqs {
-				reqs[i] = app.Request{
-					Route:    routeNine,
-					ClientIP: netip.AddrFrom4([4]byte{10, 1, byte(i / 16), byte(i)}),
-					User:     "user-" + strconv.Itoa(i) + "@example.org",
-					Tenant:   "tenant-" + strconv.Itoa(i%16),
-					APIKey:   "key-" + strconv.Itoa(i),
-				}
-			}
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				clock.Advance(time.Millisecond)
-				d, err := l.Evaluate(context.Background(), reqs[i%len(reqs)])
-				if err != nil || d.State != domain.Allowed {
-					b.Fatalf("decision %s (%s), err %v", d.State, d.Cause, err)
-				}
-				i++
-			}
-		})
+//	go test -run '^$' -bench EvaluateSharedLogs -benchmem ./app/
+func BenchmarkEvaluateSharedLogs(b *testing.B) {
+	cfg := layoutConfig()
+	w := &cfg.Profiles[0].Windows
+	for _, ws := range [][]app.WindowConfig{w.IP, w.User, w.APIKey, w.Tenant, w.TenantGlobal} {
+		for i := range ws {
+			ws[i].Limit = domain.MaxSlidingLogLimit - int64(i)
+		}
+	}
+	clock := fakeclock.New(t0)
+	l, err := app.New(cfg, app.Deps{Store: newLocal(b), Fallback: newLocal(b), Clock: clock, Recorder: recordertest.Discard{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	reqs := make([]app.Request, 256)
+	for i := range reqs {
+		reqs[i] = app.Request{
+			Route:    routeNine,
+			ClientIP: netip.AddrFrom4([4]byte{10, 1, byte(i / 16), byte(i)}),
+			User:     "user-" + strconv.Itoa(i) + "@example.org",
+			Tenant:   "tenant-" + strconv.Itoa(i%16),
+			APIKey:   "key-" + strconv.Itoa(i),
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		clock.Advance(time.Millisecond)
+		d, err := l.Evaluate(context.Background(), reqs[i%len(reqs)])
+		if err != nil || d.State != domain.Allowed {
+			b.Fatalf("decision %s (%s), err %v", d.State, d.Cause, err)
+		}
+		i++
 	}
 }

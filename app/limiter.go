@@ -257,13 +257,6 @@ type evaluation struct {
 	limits [domain.MaxLimits]domain.Limit
 	dims   [domain.MaxLimits]domain.Dimension
 	n      int
-	// hide is how many of limits[:n], at the end, are hidden: windows
-	// checked again on their own key under log_layout both
-	// (docs/adr/015); twin[k] is the index of the k-th one's window on
-	// its shared log. They count in the decision, never in what it
-	// reports (fold).
-	hide int
-	twin [domain.MaxLimits]uint8
 	// keys, when set, is the keys of limits[:n] end to end: the one
 	// string addProfileKeys cut them from (see fingerprint).
 	keys string
@@ -648,10 +641,8 @@ func classify(err error) error {
 	return fmt.Errorf("%w: %w", domain.ErrStoreUnavailable, err)
 }
 
-// fromResult maps a store result to the decision, the hidden limits
-// folded into their windows first (fold).
+// fromResult maps a store result to the decision.
 func (l *Limiter) fromResult(ev *evaluation, res *domain.Result, src domain.Source) {
-	ev.fold(res)
 	d := &ev.d
 	d.State, d.Cause, d.Source = domain.Allowed, domain.CauseNone, src
 	if !res.Allowed {
@@ -678,31 +669,6 @@ func (l *Limiter) fromResult(ev *evaluation, res *domain.Result, src domain.Sour
 		}
 	}
 	d.SystemState = l.SystemState()
-}
-
-// fold rewrites res, a result for every limit of ev, as the result of
-// the limits it reports: each hidden limit (a window checked again on its
-// own key, log_layout both) is folded into its window on the shared log,
-// which then says the stricter of the two answers: refused if either
-// refuses, the least remaining, the longest retry-after and reset-after.
-// The decision stays the store's (a hidden limit that refuses refuses
-// it) while headers, metrics and the limiting window name only the
-// profile's windows (docs/adr/015).
-func (ev *evaluation) fold(res *domain.Result) {
-	if ev.hide == 0 || len(res.Statuses()) != ev.n {
-		return
-	}
-	shown := ev.n - ev.hide
-	var st [domain.MaxLimits]domain.LimitStatus
-	copy(st[:], res.Statuses())
-	for k := range ev.hide {
-		h, w := &st[shown+k], &st[ev.twin[k]]
-		w.Allowed = w.Allowed && h.Allowed
-		w.Remaining = min(w.Remaining, h.Remaining)
-		w.RetryAfter = max(w.RetryAfter, h.RetryAfter)
-		w.ResetAfter = max(w.ResetAfter, h.ResetAfter)
-	}
-	*res = domain.NewResult(st[:shown])
 }
 
 // minRemaining is min for per-layer remaining, where -1 means unchecked.

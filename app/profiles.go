@@ -1,7 +1,6 @@
 package app
 
 import (
-	"cmp"
 	"encoding"
 	"errors"
 	"fmt"
@@ -40,8 +39,8 @@ type profile struct {
 	// leaseTTL is the smallest period of its concurrency windows, 0
 	// without one: the lease TTL of its reservations.
 	leaseTTL time.Duration
-	// keys is the key layout of each of Dimensions (Config.LogLayout,
-	// docs/adr/015); nil names every window's own key.
+	// keys is the key layout of each of Dimensions (docs/adr/015); nil
+	// names every window's own key.
 	keys []dimKeys
 }
 
@@ -54,9 +53,8 @@ type profileSet struct {
 	routes map[string]*profile
 	// plans by name, with the raw identities assigned to them.
 	plans map[string]*plan
-	// layout is Config.LogLayout; globalShared says whether the
-	// tenant-global windows share a log under it (globalLogShared).
-	layout       LogLayout
+	// globalShared says whether the tenant-global windows share a log
+	// (globalLogShared).
 	globalShared bool
 }
 
@@ -69,10 +67,7 @@ func buildProfiles(c Config) (*profileSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkEnum("log_layout", c.LogLayout); err != nil {
-		return nil, err
-	}
-	set := &profileSet{byName: map[string]*profile{}, routes: map[string]*profile{}, layout: cmp.Or(c.LogLayout, LogLayoutShared)}
+	set := &profileSet{byName: map[string]*profile{}, routes: map[string]*profile{}}
 	globals := globalWindows{}
 	built := make([]*profile, 0, len(c.Profiles))
 	for _, pc := range c.Profiles {
@@ -240,9 +235,9 @@ func (g globalWindows) check(w domain.Window, profile, path string) error {
 	return nil
 }
 
-// layKeys computes p's key layout under the set's (docs/adr/015).
+// layKeys computes p's key layout (docs/adr/015).
 func (s *profileSet) layKeys(p *profile, path string) error {
-	return p.layKeys(s.layout, func(d domain.Dimension) bool {
+	return p.layKeys(func(d domain.Dimension) bool {
 		return d != domain.DimensionTenantGlobal || s.globalShared
 	}, path)
 }

@@ -31,8 +31,6 @@
 --             header: i8 now (unix microseconds; ignored with flag 2)
 --                     B  flags: 1 consume (Evaluate, Reserve; else Peek),
 --                              2 take now from the server clock (TIME),
---                              4 write GCRA as a bare decimal TAT, the
---                                only GCRA encoding v2 reads,
 --                              8 * op: 0 Evaluate or Peek, 1 Reserve,
 --                                2 Settle, 3 Renew
 --                     I4 floor of every TTL, in milliseconds (>= 1)
@@ -172,7 +170,10 @@ if flags % 4 >= 2 then
   local t = redis.call('TIME')
   now = t[1] * 1000000 + t[2]
 end
-local consume, bare = flags % 2 == 1, flags >= 4
+if flags % 8 >= 4 then
+  return redis.error_reply('ERR sluice rate_limit_v5: flag 4 is not defined')
+end
+local consume = flags % 2 == 1
 -- Every limit's algorithm and key index (one byte: algorithm + 4 ×
 -- index), limit, period and cost, in one unpack: arg[4i-3] to arg[4i];
 -- the key loop below splits the first.
@@ -247,20 +248,16 @@ local function ttl(px)
   return s
 end
 
--- Writes a GCRA state (S6): its TAT, bare for v2 readers or with the
--- interval t it was written with, for as long as it holds units (at
--- least the TTL floor). Admission, charge and refund all write it so.
+-- Writes a GCRA state (S6): its TAT with the interval t it was written
+-- with, for as long as it holds units (at least the TTL floor).
+-- Admission, charge and refund all write it so.
 local function settat(key, tat, t)
   local px = tat - now + 999
   px = (px - px % 1000) / 1000
   if px < minttl then
     px = minttl
   end
-  if bare then
-    redis.call('SET', key, tat, 'PX', ttl(px))
-  else
-    redis.call('SET', key, pack('>Bi8i8', 2, tat, t), 'PX', ttl(px))
-  end
+  redis.call('SET', key, pack('>Bi8i8', 2, tat, t), 'PX', ttl(px))
 end
 
 -- The fast paths (docs/adr/016, "Performance"): Evaluate and

@@ -89,7 +89,7 @@ func BenchmarkEvaluate(b *testing.B) {
 }
 
 // BenchmarkEncodings compares the compact sliding log with the ZSET one
-// (Config.Log: LogZSet, as rate_limit_v1 stores every log) on nine keys.
+// (Config.Log: LogZSet) on nine keys.
 func BenchmarkEncodings(b *testing.B) {
 	for _, enc := range []redis.LogEncoding{redis.LogCompact, redis.LogZSet} {
 		cfg := topologies[0].cfg(b)

@@ -51,37 +51,6 @@ const CompactLogMaxLimit = 1024
 // docs/adr/009-stored-state-and-script-v3.md.
 const DefaultGrace = 250 * time.Millisecond
 
-// StateFormat says which stored encodings the Redis store writes, for a
-// rolling upgrade from (or rollback to) an older sluice that shares the
-// keys.
-type StateFormat uint8
-
-const (
-	// FormatV3, the default, writes every encoding of rate_limit_v3: a GCRA
-	// value carries the emission interval it was written with, so that a
-	// change of limit or period keeps the units consumed.
-	FormatV3 StateFormat = iota
-	// FormatV2 writes a GCRA value as a bare decimal TAT, the only GCRA
-	// encoding rate_limit_v2 reads (v2 fails on a v3 GCRA value): set it
-	// while v2 instances share the keys, i.e. during a rolling upgrade from
-	// v2 and before a rollback to it. Sliding logs need nothing: v2 and v3
-	// write the same ones. v3 reads both GCRA encodings whatever this
-	// says; a bare TAT is read with the reading window's interval, as v2
-	// did. See docs/runbook.md, "Upgrading from v2".
-	FormatV2
-)
-
-// String returns "v3" or "v2".
-func (f StateFormat) String() string {
-	switch f {
-	case FormatV3:
-		return "v3"
-	case FormatV2:
-		return "v2"
-	}
-	return fmt.Sprintf("state_format(%d)", uint8(f))
-}
-
 // LogEncoding says how the Redis store keeps sliding logs.
 type LogEncoding uint8
 
@@ -89,13 +58,11 @@ const (
 	// LogCompact, the default, stores the sliding log of a limit up to
 	// CompactLogMaxLimit as a compact string and a larger one as a ZSET.
 	LogCompact LogEncoding = iota
-	// LogZSet stores every sliding log as a ZSET of one member per unit,
-	// the only encoding rate_limit_v1 reads: set it while instances that
-	// run v1 (an older sluice) share the keys, i.e. during a rolling
-	// upgrade from v1 or before a rollback to it. v1 counts a compact log
-	// as empty; v2 and v3 read both encodings whatever this says, and
-	// rewrite a key in the encoding its window wants on its next admitted
-	// request.
+	// LogZSet stores every sliding log as a ZSET of one member per unit
+	// (the compact bound sent as 0): each unit readable with ZRANGE, and
+	// the encoding the tests and benchmarks hold the compact one against.
+	// The script reads both encodings whatever this says, and rewrites a
+	// key in the encoding its window wants on its next admitted request.
 	LogZSet
 )
 
@@ -223,10 +190,6 @@ type Config struct {
 	// much longer. 0 means the default: DefaultGrace under CallerTime,
 	// none under ServerTime; a negative value means none.
 	Grace time.Duration
-	// Format says which stored encodings the store writes: v3's (the
-	// default) or, while rate_limit_v2 instances share the keys, only what
-	// v2 reads. See StateFormat.
-	Format StateFormat
 	// MaxRedirections bounds the MOVED and ASK redirections Redis Cluster
 	// may send one call through; 0 means DefaultMaxRedirections. A call
 	// redirected more often fails with an error wrapping ErrRedirections
@@ -267,8 +230,6 @@ func (c Config) validate(haveClient bool) error {
 		return &domain.ConfigError{Field: "redis.time", Reason: "unknown time source"}
 	case c.Log > LogZSet:
 		return &domain.ConfigError{Field: "redis.log", Reason: "unknown log encoding"}
-	case c.Format > FormatV2:
-		return &domain.ConfigError{Field: "redis.format", Reason: "unknown state format"}
 	case c.Grace > domain.MaxPeriod:
 		return &domain.ConfigError{Field: "redis.grace", Reason: "must be at most the longest period"}
 	case c.Mode == ModeCluster && c.DB != 0:

@@ -16,29 +16,13 @@ import (
 	"github.com/sluicehq/sluice/adapters/redis"
 	"github.com/sluicehq/sluice/domain"
 	"github.com/sluicehq/sluice/internal/redistest"
-	"github.com/sluicehq/sluice/lua"
 )
-
-// v1Evaluate runs the released rate_limit_v1.lua on key, with its own
-// argument layout, as an instance of the previous release does, and says
-// whether it admitted cost.
-func v1Evaluate(t *testing.T, addr, key string, now time.Time, w domain.Window, cost int64) bool {
-	t.Helper()
-	algo := "0"
-	if w.Algorithm == domain.GCRA {
-		algo = "1"
-	}
-	v := do(t, addr, "EVAL", lua.RateLimitV1, "1", key,
-		strconv.FormatInt(now.UnixMicro(), 10), "1", "0", "v1-"+tag(t), "1000",
-		algo, strconv.FormatInt(w.Limit, 10), strconv.FormatInt(w.PeriodMicros(), 10), strconv.FormatInt(cost, 10)).([]any)
-	return v[0].(int64) == 1
-}
 
 // TestEncodingChanges: a key found in another encoding than its window
 // wants is counted for what it holds, never as empty, and rewritten in the
 // wanted encoding on the next admitted request, whether the change comes
-// from an upgrade from v1, a limit crossing CompactLogMaxLimit, an
-// algorithm change, or a rollback to v1 (Config.Log = LogZSet).
+// from a limit crossing CompactLogMaxLimit, an algorithm change, or a
+// store that keeps every log a ZSET (Config.Log = LogZSet).
 func TestEncodingChanges(t *testing.T) {
 	addr := redistest.Standalone(t)
 	cfg := topologies[0].cfg(t)
@@ -65,45 +49,15 @@ func TestEncodingChanges(t *testing.T) {
 	}
 	typeOf := func(k string) string { return do(t, addr, "TYPE", k).(string) }
 
-	t.Run("V1ZSetAfterAnUpgrade", func(t *testing.T) {
-		k, w := key(t), sliding(5, time.Minute)
-		require.True(t, v1Evaluate(t, addr, k, now, w, 3))
-		require.Equal(t, "zset", typeOf(k))
-		assert.Equal(t, int64(2), peek(t, s, now, k, w).Remaining, "v2 counts the units v1 recorded")
-		assert.False(t, eval(t, s, now, k, w, 3).Allowed, "3 more would exceed 5")
-		require.True(t, eval(t, s, now.Add(time.Second), k, w, 2).Allowed)
-		require.Equal(t, "string", typeOf(k), "rewritten compact on admission")
-		assert.Len(t, compactUnits(t, do(t, addr, "GET", k).(string)), 5, "v1's three units and v2's two")
-		assert.False(t, eval(t, s, now.Add(2*time.Second), k, w, 1).Allowed)
-		r := eval(t, s, now.Add(time.Minute), k, w, 3)
-		assert.True(t, r.Allowed, "v1's units left the window at now+1m: %+v", r)
-	})
-	t.Run("SharedWithV1UnderLogZSet", func(t *testing.T) {
-		// A rolling upgrade with Log: LogZSet: v1 and v2 take turns on one
-		// key and together admit exactly the limit.
-		k, w := key(t), sliding(6, time.Minute)
-		admitted := 0
-		for i := range 5 {
-			at := now.Add(time.Duration(i) * time.Millisecond)
-			if v1Evaluate(t, addr, k, at, w, 2) {
-				admitted += 2
-			}
-			if eval(t, zs, at, k, w, 1).Allowed {
-				admitted++
-			}
-			require.Equal(t, "zset", typeOf(k))
-		}
-		assert.Equal(t, 6, admitted)
-	})
-	t.Run("RollbackToV1UnderLogZSet", func(t *testing.T) {
+	t.Run("CompactLogUnderLogZSet", func(t *testing.T) {
 		k, w := key(t), sliding(4, time.Minute)
 		require.True(t, eval(t, s, now, k, w, 2).Allowed)
 		require.Equal(t, "string", typeOf(k))
 		require.True(t, eval(t, zs, now, k, w, 1).Allowed, "LogZSet reads the compact log")
 		require.Equal(t, "zset", typeOf(k), "and rewrites it as a ZSET")
 		assert.Equal(t, int64(3), do(t, addr, "ZCARD", k))
-		assert.True(t, v1Evaluate(t, addr, k, now, w, 1), "v1 sees 3 of 4")
-		assert.False(t, v1Evaluate(t, addr, k, now, w, 1), "and then 4 of 4")
+		assert.True(t, eval(t, s, now, k, w, 1).Allowed, "the compact store sees 3 of 4")
+		assert.False(t, eval(t, zs, now, k, w, 1).Allowed, "and then 4 of 4")
 	})
 	t.Run("LimitRaisedPastTheBound", func(t *testing.T) {
 		k := key(t)
@@ -433,87 +387,6 @@ func TestTTLsAreBounded(t *testing.T) {
 		assert.LessOrEqual(t, pttl, c.max.Milliseconds(), c.key)
 		assert.Greater(t, pttl, (c.max - 2*time.Second).Milliseconds(), c.key)
 	}
-}
-
-// v2Evaluate runs the released rate_limit_v2.lua on limits, with its own
-// argument layout, as an instance of the previous release does (compact
-// logs up to CompactLogMaxLimit, a 1 s TTL floor), and says whether it
-// admitted them; an error is the script's.
-func v2Evaluate(t *testing.T, addr string, now time.Time, limits []domain.Limit) (bool, error) {
-	t.Helper()
-	p := binary.BigEndian.AppendUint64(nil, uint64(now.UnixMicro()))
-	p = append(p, 1)
-	p = binary.BigEndian.AppendUint32(p, 1000)
-	p = binary.BigEndian.AppendUint32(p, redis.CompactLogMaxLimit)
-	args := []string{"EVAL", lua.RateLimitV2, strconv.Itoa(len(limits))}
-	for _, l := range limits {
-		args = append(args, l.Key)
-		p = append(p, byte(l.Window.Algorithm))
-		p = binary.BigEndian.AppendUint32(p, uint32(l.Window.Limit))
-		p = binary.BigEndian.AppendUint64(p, uint64(l.Window.PeriodMicros()))
-		p = binary.BigEndian.AppendUint32(p, uint32(l.Cost))
-	}
-	args = append(args, string(p), "v2-"+tag(t))
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	v, err := redistest.Do(ctx, addr, args...)
-	if err != nil {
-		return false, err
-	}
-	return v.([]any)[0].(int64) == 1, nil
-}
-
-// TestRollingUpgradeFromV2: v2 cannot read a v3 GCRA value (it carries
-// its interval), so during a rolling upgrade the v3 instances run with
-// Format: FormatV2; v2 and v3 then take turns on the same keys (GCRA, a
-// compact log, a ZSET log) without an error and together admit exactly
-// each limit. Once every instance runs v3, the switch is dropped and v3
-// reads what v2 left.
-func TestRollingUpgradeFromV2(t *testing.T) {
-	addr := redistest.Standalone(t)
-	cfg := topologies[0].cfg(t)
-	v3 := newStore(t, cfg)
-	cfg.Format = redis.FormatV2
-	mixed := newStore(t, cfg)
-	now := time.Now().Truncate(time.Second)
-	limitsOf := func(tg string) []domain.Limit {
-		return []domain.Limit{
-			{Key: "up:{" + tg + "}:gcra", Window: gcra(12, time.Minute), Cost: 1},
-			{Key: "up:{" + tg + "}:log", Window: sliding(40, time.Minute), Cost: 1},
-			{Key: "up:{" + tg + "}:zset", Window: sliding(2000, time.Minute), Cost: 1},
-		}
-	}
-	t.Run("V2FailsOnAV3GCRAValue", func(t *testing.T) {
-		limits := limitsOf(tag(t))
-		r, err := v3.Evaluate(t.Context(), now, limits)
-		require.NoError(t, err)
-		require.True(t, r.Allowed)
-		_, err = v2Evaluate(t, addr, now, limits)
-		require.Error(t, err, "v2 reads a v3 GCRA value: the switch would not be needed")
-	})
-	t.Run("SharedUnderFormatV2", func(t *testing.T) {
-		limits := limitsOf(tag(t))
-		admitted := 0
-		for i := range 20 {
-			at := now.Add(time.Duration(i) * time.Millisecond)
-			ok, err := v2Evaluate(t, addr, at, limits)
-			require.NoError(t, err, "turn %d", i)
-			if ok {
-				admitted++
-			}
-			r, err := mixed.Evaluate(t.Context(), at, limits)
-			require.NoError(t, err, "turn %d", i)
-			if r.Allowed {
-				admitted++
-			}
-		}
-		assert.Equal(t, 12, admitted, "the GCRA limit of 12, whoever decided")
-		r, err := v3.Peek(t.Context(), now.Add(time.Second), limits)
-		require.NoError(t, err, "v3 without the switch reads what both left")
-		assert.Equal(t, int64(40-12), r.Status(1).Remaining)
-		assert.Equal(t, int64(2000-12), r.Status(2).Remaining)
-		assert.False(t, r.Allowed)
-	})
 }
 
 // TestRandomForeignStrings writes random strings (random bytes, and

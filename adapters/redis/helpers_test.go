@@ -76,7 +76,7 @@ func do(t testing.TB, addr string, args ...string) any {
 	return v
 }
 
-// compactUnits decodes a compact sliding log (see lua/rate_limit_v3.lua):
+// compactUnits decodes a compact sliding log (see lua/rate_limit_v5.lua):
 // "\x01", then the instant of each unit, unix microseconds in 7 bytes,
 // big-endian.
 func compactUnits(t testing.TB, v string) []int64 {
@@ -93,7 +93,7 @@ func compactUnits(t testing.TB, v string) []int64 {
 	return units
 }
 
-// gcraValue decodes a GCRA value of rate_limit_v3 ("\x02", i8 TAT, i8
+// gcraValue decodes a GCRA value of rate_limit_v5 ("\x02", i8 TAT, i8
 // emission interval) into its TAT and interval.
 func gcraValue(t testing.TB, v string) (tat, interval int64) {
 	t.Helper()

@@ -38,7 +38,6 @@ end
 local hdr = pack('>i8BI4I4i8I4', 0, 3, 1000, 1024, 0, 1) -- consume, server time, no grace
 local hdr5, hdr5s = hdr, hdr
 for i = 1, 9 do
-  hdr = hdr .. pack('>BI4i8I4', 0, W[i][1], W[i][2], 1)
   hdr5 = hdr5 .. pack('>BI4i8I4', 4 * i, W[i][1], W[i][2], 1)
 end
 -- The shared layout: window i on key S[i] (ip, user, api key and the
@@ -111,9 +110,7 @@ for batch = 1, batches do
         ks = keys(x.name, nonce % 1000)
       end
       local a
-      if x.kind == 'sluice' then
-        a = {hdr, 'n' .. nonce}
-      elseif x.kind == 'v5' then
+      if x.kind == 'v5' then
         a = {hdr5, 'n' .. nonce}
       elseif x.kind == 'shared' then
         a = {hdr5s, 'n' .. nonce}
@@ -164,11 +161,8 @@ return out
 `
 
 // BenchmarkLargeLogLoop measures the large-log shape's Redis time per call
-// inside one EVAL (largeLogLoop): rate_limit_v3 (whose ZSET path v4 had
-// until docs/adr/014's "Performance": an MGET that finds the ZSET keys nil,
-// then per key the newest unit, the count in the window, the trim, the
-// add and the expiry), rate_limit_v4, rate_limit_v5 on the same nine
-// keys and on the shared layout (docs/adr/015: five keys, the tenant's
+// inside one EVAL (largeLogLoop): rate_limit_v5 on nine keys of one
+// window each and on the shared layout (docs/adr/015: five keys, the tenant's
 // log named after its 2 s window), the bench's plain script and its
 // floor (bench/internal/suite: the plain script's four commands per ZSET
 // key and TIME), and the floor of the shared layout
@@ -215,8 +209,6 @@ func logLoop(b *testing.B, shape, name string) {
 		floorShared = string(src)
 	}
 	src := "local C = {\n" +
-		contender("v3", "sluice", lua.RateLimitV3) +
-		contender("v4", "sluice", lua.RateLimitV4) +
 		contender("v5", "v5", lua.RateLimitV5) +
 		contender("v5-shared", "shared", lua.RateLimitV5) +
 		contender("plain", "plain", suite("plain.lua")) +
@@ -225,8 +217,8 @@ func logLoop(b *testing.B, shape, name string) {
 		"}\n" + largeLogLoop
 	var table strings.Builder
 	table.WriteString("\n" + name + " inside one EVAL, Redis µs per call (least / median of 41 batches of 150 calls)\n" +
-		"| run | v3 | v4 | v5 | v5 shared | plain script | floor | floor shared | v4/plain | v5 shared/plain | v5 shared/v4 | v5 shared/floor shared | plain/floor |\n" +
-		"|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"| run | v5 | v5 shared | plain script | floor | floor shared | v5 shared/plain | v5 shared/floor shared | plain/floor |\n" +
+		"|---|---|---|---|---|---|---|---|---|\n")
 	for run := range b.N {
 		require.NoError(b, client.Do(b.Context(), client.B().Flushall().Build()).Error())
 		ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
@@ -246,9 +238,9 @@ func logLoop(b *testing.B, shape, name string) {
 		versus := func(x, y string) string {
 			return fmt.Sprintf("%.2f / %.2f", fig[x][0]/fig[y][0], fig[x][1]/fig[y][1])
 		}
-		fmt.Fprintf(&table, "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", run+1,
-			cell("v3"), cell("v4"), cell("v5"), cell("v5-shared"), cell("plain"), cell("floor"), cell("floor-shared"),
-			versus("v4", "plain"), versus("v5-shared", "plain"), versus("v5-shared", "v4"), versus("v5-shared", "floor-shared"), versus("plain", "floor"))
+		fmt.Fprintf(&table, "| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", run+1,
+			cell("v5"), cell("v5-shared"), cell("plain"), cell("floor"), cell("floor-shared"),
+			versus("v5-shared", "plain"), versus("v5-shared", "floor-shared"), versus("plain", "floor"))
 	}
 	b.Log(table.String())
 }

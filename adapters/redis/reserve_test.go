@@ -453,33 +453,6 @@ func TestReservationForeignValues(t *testing.T) {
 	})
 }
 
-// TestReservationsUnderFormatV2: while v2 instances share the keys
-// (Format: FormatV2), a reservation and its settlement write GCRA as a
-// bare TAT too, which v2 then reads.
-func TestReservationsUnderFormatV2(t *testing.T) {
-	addr := redistest.Standalone(t)
-	cfg := topologies[0].cfg(t)
-	cfg.Format = redis.FormatV2
-	s := newStore(t, cfg)
-	now := time.Now().Truncate(time.Second)
-	limits := []domain.Limit{{Key: "v2r:{" + tag(t) + "}:g", Window: gcra(10, 10*time.Second), Cost: 4}}
-	for _, actual := range []int64{1, 7} {
-		_, lease, err := s.Reserve(t.Context(), now, limits, time.Minute)
-		require.NoError(t, err)
-		require.NotEmpty(t, lease.ID)
-		_, err = strconv.ParseInt(do(t, addr, "GET", limits[0].Key).(string), 10, 64)
-		require.NoError(t, err, "Reserve wrote GCRA bare")
-		got, err := s.Settle(t.Context(), now, lease, limits, actual)
-		require.NoError(t, err)
-		require.Equal(t, domain.Settled, got)
-		tat, err := strconv.ParseInt(do(t, addr, "GET", limits[0].Key).(string), 10, 64)
-		require.NoError(t, err, "Settle wrote GCRA bare")
-		_, err = v2Evaluate(t, addr, now, []domain.Limit{{Key: limits[0].Key, Window: limits[0].Window, Cost: 1}})
-		require.NoError(t, err, "v2 reads what the reservation left")
-		require.Greater(t, tat, now.UnixMicro())
-	}
-}
-
 // TestReservationsUnderTheRunbooksACL: under the least-privilege ACL user
 // the runbook gives ("~rl:*"), a reservation's lease record lies among
 // the keys the user may touch: it extends the request's first key, so

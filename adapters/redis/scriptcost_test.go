@@ -24,17 +24,14 @@ import (
 
 // BenchmarkScriptCost measures Redis' own time per script call (INFO
 // commandstats, cmdstat_evalsha usec_per_call after CONFIG RESETSTAT) of
-// rate_limit_v2, rate_limit_v3, rate_limit_v4 (the store's) and the floor
-// script that sends the same commands with no logic (testdata/floor), on
-// the request shapes of docs/adr/009, at 4 callers on a dedicated server,
-// every call admitted; v3 and v4 are measured in the default
-// configuration (ServerTime, no grace), v4 also under CallerTime with its
-// default grace (DefaultGrace, the whole period of these 100 ms windows:
-// the worst case); then the floors of the three key layouts of the layout
-// study. v3 against v4 is docs/adr/014's check that the Evaluate path of
-// v4 costs no more than v3's. It
-// prints a table; nothing is asserted about time (a shared machine is
-// noisy: compare the columns of one run).
+// the store's script and the floor script that sends the same commands
+// with no logic (testdata/floor), on the request shapes of docs/adr/009,
+// at 4 callers on a dedicated server, every call admitted; the script is
+// measured in the default configuration (ServerTime, no grace) and under
+// CallerTime with its default grace (DefaultGrace, the whole period of
+// these 100 ms windows: the worst case); then the floors of the three key
+// layouts of the layout study. It prints a table; nothing is asserted
+// about time (a shared machine is noisy: compare the columns of one run).
 //
 //	go test -run '^$' -bench BenchmarkScriptCost -benchtime 20000x ./adapters/redis/
 func BenchmarkScriptCost(b *testing.B) {
@@ -43,11 +40,8 @@ func BenchmarkScriptCost(b *testing.B) {
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, DisableCache: true, AlwaysPipelining: true, PipelineMultiplex: -1})
 	require.NoError(b, err)
 	b.Cleanup(client.Close)
-	v4 := newStore(b, redis.Config{Addrs: []string{addr}, Timeout: testTimeout})                               // the default: ServerTime, no grace
-	v4Caller := newStore(b, redis.Config{Addrs: []string{addr}, Timeout: testTimeout, Time: redis.CallerTime}) // DefaultGrace
-	v2 := rueidis.NewLuaScript(lua.RateLimitV2)
-	v3 := rueidis.NewLuaScript(lua.RateLimitV3)
-	v4Raw := rueidis.NewLuaScript(lua.RateLimitV4)
+	server := newStore(b, redis.Config{Addrs: []string{addr}, Timeout: testTimeout})                         // the default: ServerTime, no grace
+	caller := newStore(b, redis.Config{Addrs: []string{addr}, Timeout: testTimeout, Time: redis.CallerTime}) // DefaultGrace
 	floorKeys := rueidis.NewLuaScript(readFloor(b, "keys.lua"))
 	floorHash := rueidis.NewLuaScript(readFloor(b, "hash.lua"))
 
@@ -118,38 +112,21 @@ func BenchmarkScriptCost(b *testing.B) {
 			nz = 1
 		}
 		var nonce atomic.Uint64
-		measure(sh.name+"/v2", func(ctx context.Context, g, i int) error {
-			set := limits[g][i%rotation]
-			return admitted(v2.Exec(ctx, client, keys[g][i%rotation], []string{v2Args(set), "n" + strconv.FormatUint(nonce.Add(1), 36)}))
-		})
-		measure(sh.name+"/v4-caller", func(ctx context.Context, g, i int) error {
-			r, err := v4Caller.Evaluate(ctx, time.Now(), limits[g][i%rotation])
+		measure(sh.name+"/caller", func(ctx context.Context, g, i int) error {
+			r, err := caller.Evaluate(ctx, time.Now(), limits[g][i%rotation])
 			if err == nil && !r.Allowed {
 				err = fmt.Errorf("refused: %+v", r)
 			}
 			return err
 		})
-		// v3 and v4 through one client with the same arguments (v4's op
-		// 0 takes v3's), twice in alternation: the comparison of their
-		// Redis time that the callers' load disturbs least.
-		for _, round := range []string{"", "#2"} {
-			measure(sh.name+"/v3"+round, func(ctx context.Context, g, i int) error {
-				set := limits[g][i%rotation]
-				return admitted(v3.Exec(ctx, client, keys[g][i%rotation], []string{v3Args(set), "n" + strconv.FormatUint(nonce.Add(1), 36)}))
-			})
-			measure(sh.name+"/v4-raw"+round, func(ctx context.Context, g, i int) error {
-				set := limits[g][i%rotation]
-				return admitted(v4Raw.Exec(ctx, client, keys[g][i%rotation], []string{v3Args(set), "n" + strconv.FormatUint(nonce.Add(1), 36)}))
-			})
-		}
-		measure(sh.name+"/v4", func(ctx context.Context, g, i int) error {
-			r, err := v4.Evaluate(ctx, time.Now(), limits[g][i%rotation])
+		measure(sh.name+"/server", func(ctx context.Context, g, i int) error {
+			r, err := server.Evaluate(ctx, time.Now(), limits[g][i%rotation])
 			if err == nil && !r.Allowed {
 				err = fmt.Errorf("refused: %+v", r)
 			}
 			return err
 		})
-		// The floor writes values as long as v4's in the default
+		// The floor writes values as long as the script's in the default
 		// configuration (the run just before), on average: the same bytes
 		// through MGET and SET.
 		size := meanStrlen(b, addr, keys)
@@ -192,14 +169,11 @@ func BenchmarkScriptCost(b *testing.B) {
 
 	var table strings.Builder
 	table.WriteString("\nRedis µs per call (cmdstat_evalsha usec_per_call, 4 callers)\n" +
-		"| shape | v2 | v3 (ServerTime, no grace) | v4, same client and arguments | v4 store (ServerTime, no grace) | v4 store (CallerTime, grace) | floor | v4/v3 (same client, two rounds) | v4 store/floor | v3/floor | v4 caller/floor | v2/floor | string value bytes |\n" +
-		"|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"| shape | store (ServerTime, no grace) | store (CallerTime, grace) | floor | store/floor | caller/floor | string value bytes |\n" +
+		"|---|---|---|---|---|---|---|\n")
 	for _, sh := range shapes {
-		v2, v4, ct, fl := results[sh.name+"/v2"], results[sh.name+"/v4"], results[sh.name+"/v4-caller"], results[sh.name+"/floor"]
-		v3 := (results[sh.name+"/v3"] + results[sh.name+"/v3#2"]) / 2
-		raw := (results[sh.name+"/v4-raw"] + results[sh.name+"/v4-raw#2"]) / 2
-		fmt.Fprintf(&table, "| %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f / %.2f | %.2f | %.2f | %.2f | %.2f | %d |\n", sh.name, v2, v3, raw, v4, ct, fl,
-			results[sh.name+"/v4-raw"]/results[sh.name+"/v3"], results[sh.name+"/v4-raw#2"]/results[sh.name+"/v3#2"], v4/fl, v3/fl, ct/fl, v2/fl, sizes[sh.name])
+		sv, ct, fl := results[sh.name+"/server"], results[sh.name+"/caller"], results[sh.name+"/floor"]
+		fmt.Fprintf(&table, "| %s | %.1f | %.1f | %.1f | %.2f | %.2f | %d |\n", sh.name, sv, ct, fl, sv/fl, ct/fl, sizes[sh.name])
 	}
 	table.WriteString("| layout floor | µs |\n|---|---|\n")
 	for _, name := range []string{"layout/window-keys-9", "layout/principal-keys-5", "layout/hash-fields-9"} {
@@ -261,51 +235,6 @@ func tenantLimits(windows []domain.Window) [][][]domain.Limit {
 	return out
 }
 
-// v2Args packs ARGV[1] of rate_limit_v2 for limits on the server's clock.
-func v2Args(limits []domain.Limit) string {
-	p := binary.BigEndian.AppendUint64(nil, 0)
-	p = append(p, 3) // consume, server time
-	p = binary.BigEndian.AppendUint32(p, 1000)
-	p = binary.BigEndian.AppendUint32(p, redis.CompactLogMaxLimit)
-	for _, l := range limits {
-		p = append(p, byte(l.Window.Algorithm))
-		p = binary.BigEndian.AppendUint32(p, uint32(l.Window.Limit))
-		p = binary.BigEndian.AppendUint64(p, uint64(l.Window.PeriodMicros()))
-		p = binary.BigEndian.AppendUint32(p, uint32(l.Cost))
-	}
-	return string(p)
-}
-
-// v3Args packs ARGV[1] of rate_limit_v3 for limits on the server's
-// clock, as the store packed it when it ran v3 (no grace, one request).
-func v3Args(limits []domain.Limit) string {
-	p := binary.BigEndian.AppendUint64(nil, 0)
-	p = append(p, 3) // consume, server time
-	p = binary.BigEndian.AppendUint32(p, 1000)
-	p = binary.BigEndian.AppendUint32(p, redis.CompactLogMaxLimit)
-	p = binary.BigEndian.AppendUint64(p, 0)
-	p = binary.BigEndian.AppendUint32(p, 1)
-	for _, l := range limits {
-		p = append(p, byte(l.Window.Algorithm))
-		p = binary.BigEndian.AppendUint32(p, uint32(l.Window.Limit))
-		p = binary.BigEndian.AppendUint64(p, uint64(l.Window.PeriodMicros()))
-		p = binary.BigEndian.AppendUint32(p, uint32(l.Cost))
-	}
-	return string(p)
-}
-
-// admitted returns the error of a v2 or v3 reply, or one if it refused.
-func admitted(r rueidis.RedisResult) error {
-	v, err := r.ToArray()
-	if err != nil {
-		return err
-	}
-	if ok, err := v[0].AsInt64(); err != nil || ok != 1 {
-		return fmt.Errorf("refused (%d, %v)", ok, err)
-	}
-	return nil
-}
-
 // evalshaMicros reads usec_per_call of EVALSHA (and EVAL, should a
 // NOSCRIPT have sent the script whole) since the last CONFIG RESETSTAT.
 func evalshaMicros(b *testing.B, addr string) float64 {
@@ -332,16 +261,15 @@ func evalshaMicros(b *testing.B, addr string) float64 {
 	return float64(usec) / float64(calls)
 }
 
-// BenchmarkScriptLoop measures the scripts' own time per call inside
-// Redis: testdata/floor/loop.lua runs rate_limit_v2, rate_limit_v3,
-// rate_limit_v4 and rate_limit_v5 on keys of one window each (the
-// default, no grace, and with DefaultGrace as under CallerTime; v4's
-// Evaluate takes v3's arguments), v3 once more as a
-// control (its ratio to v3 is the benchmark's own noise) and the floor on
-// the shapes of BenchmarkScriptCost, in alternating batches of
-// one EVAL, on a simulated clock. Without the client, the network and the
-// dispatch sharing the two cores, its figures move far less between runs
-// than BenchmarkScriptCost's, and they are what a change of the script
+// BenchmarkScriptLoop measures the script's own time per call inside
+// Redis: testdata/floor/loop.lua runs rate_limit_v5 on keys of one window
+// each (the default, no grace, and with DefaultGrace as under
+// CallerTime), v5 once more as a control (its ratio to the first is the
+// benchmark's own noise) and the floor on the shapes of
+// BenchmarkScriptCost, in alternating batches of one EVAL, on a simulated
+// clock. Without the client, the network and the dispatch sharing the
+// two cores, its figures move far less between runs than
+// BenchmarkScriptCost's, and they are what a change of the script
 // changes. It prints the least and the median batch, in µs per call;
 // nothing is asserted about time.
 //
@@ -355,18 +283,13 @@ func BenchmarkScriptLoop(b *testing.B) {
 		return fmt.Sprintf("{name = %q, kind = %d, fn = function(KEYS, ARGV)\n%s\nend},\n", name, kind, src)
 	}
 	src := "local CONTENDERS = {\n" +
-		contender("v2", 2, lua.RateLimitV2) +
-		contender("v3", 3, lua.RateLimitV3) +
-		contender("v4", 3, lua.RateLimitV4) +
-		contender("v3-control", 3, lua.RateLimitV3) +
-		contender("v3-grace", 3, lua.RateLimitV3) +
-		contender("v4-grace", 3, lua.RateLimitV4) +
 		contender("v5", 5, lua.RateLimitV5) +
+		contender("v5-control", 5, lua.RateLimitV5) +
 		contender("v5-grace", 5, lua.RateLimitV5) +
 		contender("floor", 0, readFloor(b, "keys.lua")) +
 		"}\n" + readFloor(b, "loop.lua")
 	dg := strconv.FormatInt(redis.DefaultGrace.Microseconds(), 10)
-	graces := "0,0,0," + dg + "," + dg + ",0," + dg
+	graces := "0,0," + dg
 	small := domain.Window{Limit: 1000, Period: 100 * time.Millisecond, Algorithm: domain.SlidingLog}
 	big := domain.Window{Limit: 50_000, Period: time.Second, Algorithm: domain.SlidingLog}
 	huge := domain.Window{Limit: domain.MaxLimit, Period: time.Hour, Algorithm: domain.GCRA}
@@ -381,8 +304,8 @@ func BenchmarkScriptLoop(b *testing.B) {
 	}
 	var table strings.Builder
 	table.WriteString("\nRedis µs per call inside one EVAL (least / median of 31 batches of 300 calls)\n" +
-		"| shape | v2 | v3 (no grace) | v4 (no grace) | v5 (no grace) | v3 (DefaultGrace) | v4 (DefaultGrace) | v5 (DefaultGrace) | floor | v4/v3 | v5/v4 | v5 grace/v4 grace | v4 grace/v3 grace | v3 again/v3 (the noise) | v4/floor | v5/floor | v3/floor | v2/floor | string value bytes |\n" +
-		"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"| shape | v5 (no grace) | v5 (DefaultGrace) | floor | v5 again/v5 (the noise) | v5/floor | v5 grace/floor | string value bytes |\n" +
+		"|---|---|---|---|---|---|---|---|\n")
 	for _, sh := range shapes {
 		var per []byte
 		for _, w := range sh.windows {
@@ -417,10 +340,8 @@ func BenchmarkScriptLoop(b *testing.B) {
 			versus := func(a, b string) string {
 				return fmt.Sprintf("%.2f / %.2f", fig[a][0]/fig[b][0], fig[a][1]/fig[b][1])
 			}
-			fmt.Fprintf(&table, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", sh.name,
-				cell("v2"), cell("v3"), cell("v4"), cell("v5"), cell("v3-grace"), cell("v4-grace"), cell("v5-grace"), cell("floor"),
-				versus("v4", "v3"), versus("v5", "v4"), versus("v5-grace", "v4-grace"), versus("v4-grace", "v3-grace"), versus("v3-control", "v3"),
-				ratio("v4"), ratio("v5"), ratio("v3"), ratio("v2"), bytes)
+			fmt.Fprintf(&table, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", sh.name,
+				cell("v5"), cell("v5-grace"), cell("floor"), versus("v5-control", "v5"), ratio("v5"), ratio("v5-grace"), bytes)
 		}
 	}
 	b.Log(table.String())

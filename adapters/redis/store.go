@@ -1,7 +1,8 @@
 // Package redis is the sluice Store on Redis, standalone or Cluster, through
 // github.com/redis/rueidis.
 //
-// Every call is one round trip: the versioned script lua.RateLimitV5
+// Every call is one round trip: the script lua.RateLimitV5
+// (docs/adr/017-the-redis-script.md)
 // checks all the limits of a request and consumes on every key only when
 // every limit admits, atomically, since a script runs alone on its node.
 // The same script holds reservations (ports.Reserver: Reserve, Settle,
@@ -10,9 +11,7 @@
 // that name the same key share one log in it (domain.SharesLog): the key
 // is sent once, read once and written once per call, each window counting
 // its own period in it (docs/adr/015-one-log-per-principal.md,
-// docs/adr/016-redis-script-v5.md). v5 reads and writes a key named by
-// one limit as v4 and v3 do, so instances of each share keys during a
-// rolling upgrade.
+// docs/adr/016-redis-script-v5.md).
 // The same call decides n identical requests at one instant
 // (EvaluateRepeated, ports.Repeater), in O(keys) work whatever n.
 // The script is sent with EVALSHA; when the server does not know it
@@ -21,13 +20,10 @@
 // larger request and never a failed decision.
 //
 // A sliding log of a limit up to CompactLogMaxLimit is one string of 7
-// bytes per admitted unit; a larger one is a ZSET, as rate_limit_v1 kept
-// every log. v1 counts a compact log as empty: while instances of an older
-// sluice share the keys (a rolling upgrade, or before a rollback), set
-// Config.Log to LogZSet. docs/adr/003-sliding-log-versus-gcra.md says why
-// and what it costs. A GCRA value carries the emission interval it was
-// written with, which v2 cannot read: while v2 instances share the keys,
-// set Config.Format to FormatV2.
+// bytes per admitted unit; a larger one is a ZSET (Config.Log = LogZSet
+// keeps every log a ZSET). docs/adr/003-sliding-log-versus-gcra.md says
+// why and what it costs. A GCRA value carries the emission interval it
+// was written with.
 //
 // The units a key holds survive a change of its window's limit, period or
 // algorithm, and a sliding log counts correctly for callers whose instants
@@ -112,7 +108,6 @@ type Store struct {
 	minTTL     uint32 // milliseconds
 	compact    uint32 // largest sliding-log limit stored compactly
 	grace      int64  // microseconds (rule S5)
-	bareGCRA   bool   // Config.Format == FormatV2
 	cluster    bool   // the client speaks to a Redis Cluster (ports.Partitioned)
 	closed     atomic.Bool
 
@@ -150,7 +145,6 @@ const (
 	packedPerLimit = 17 // B algorithm + 4 × the index of its key in KEYS, I4 limit, i8 period, I4 cost
 	flagConsume    = 1
 	flagServerTime = 2
-	flagBareGCRA   = 4
 	flagOp         = 8 // times the op: opEvaluate (and Peek), opReserve, opSettle, opRenew
 	replyHead      = 1 // the number of requests admitted
 	replyAdmitted  = 2 // per key after the last admitted request: remaining, reset
@@ -213,7 +207,6 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 		minTTL:     uint32(min(cfg.minTTLMillis(), math.MaxUint32)),
 		compact:    CompactLogMaxLimit,
 		grace:      cfg.graceMicros(),
-		bareGCRA:   cfg.Format == FormatV2,
 	}
 	if cfg.Log == LogZSet {
 		s.compact = 0
@@ -434,9 +427,6 @@ func (s *Store) pack(buf *callBuf, now time.Time, limits []domain.Limit, req *re
 		flags |= flagServerTime
 	} else {
 		us = now.UnixMicro()
-	}
-	if s.bareGCRA {
-		flags |= flagBareGCRA
 	}
 	p := binary.BigEndian.AppendUint64(buf.packed[:0], uint64(us))
 	p = append(p, flags)

@@ -2,8 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -26,9 +24,6 @@ import (
 	"github.com/sluicehq/sluice/ports"
 )
 
-// pinnedRateLimitV1 is the SHA1 the servers must know the script by.
-const pinnedRateLimitV1 = "d01ddec6d4b15a44c11ddab09282ee17356558b4"
-
 func sliding(limit int64, period time.Duration) domain.Window {
 	return domain.Window{Name: "w", Limit: limit, Period: period, Algorithm: domain.SlidingLog}
 }
@@ -37,13 +32,11 @@ func gcra(limit int64, period time.Duration) domain.Window {
 	return domain.Window{Name: "w", Limit: limit, Period: period, Algorithm: domain.GCRA}
 }
 
+// TestScriptSHA1IsPinned: the server names the script by the SHA1 the
+// store sends with EVALSHA (lua's own test pins the text).
 func TestScriptSHA1IsPinned(t *testing.T) {
-	sum := sha1.Sum([]byte(lua.RateLimitV1))
-	require.Equal(t, pinnedRateLimitV1, hex.EncodeToString(sum[:]),
-		"rate_limit_v1.lua changed: released scripts are immutable, add rate_limit_v2.lua")
-	// The server names it the same way, so EVALSHA finds what EVAL loaded.
-	got := do(t, redistest.Standalone(t), "SCRIPT", "LOAD", lua.RateLimitV1)
-	require.Equal(t, pinnedRateLimitV1, got)
+	got := do(t, redistest.Standalone(t), "SCRIPT", "LOAD", lua.RateLimitV5)
+	require.Equal(t, lua.RateLimitV5SHA1, got)
 }
 
 // refStore is the Go reference the script is replayed against: one key's
@@ -253,14 +246,6 @@ func TestScriptMatchesGoReference(t *testing.T) {
 		cfg := topologies[0].cfg(t)
 		cfg.Grace = -1
 		replayAgainstReference(t, newStore(t, cfg), 0, windows, straddle, morph)
-	})
-	t.Run("BareGCRA", func(t *testing.T) {
-		// FormatV2 loses the interval: a GCRA key is read with the
-		// reading window's, so the reference keeps only windows whose
-		// GCRA interval never changes on a key.
-		cfg := topologies[0].cfg(t)
-		cfg.Format = redis.FormatV2
-		replayAgainstReference(t, newStore(t, cfg), redis.DefaultGrace, windows, straddle, []domain.Window{sliding(10, 10*time.Second), gcra(10, 10*time.Second)})
 	})
 }
 
@@ -846,7 +831,6 @@ func TestConfigValidate(t *testing.T) {
 		{"ClusterDB", redis.Config{Addrs: []string{"a:1"}, Mode: redis.ModeCluster, DB: 1}, "redis.db"},
 		{"UnknownMode", redis.Config{Addrs: []string{"a:1"}, Mode: 9}, "redis.mode"},
 		{"UnknownLogEncoding", redis.Config{Addrs: []string{"a:1"}, Log: 7}, "redis.log"},
-		{"UnknownStateFormat", redis.Config{Addrs: []string{"a:1"}, Format: 5}, "redis.format"},
 		{"GraceBeyondAnyPeriod", redis.Config{Addrs: []string{"a:1"}, Grace: domain.MaxPeriod + time.Second}, "redis.grace"},
 	}
 	for _, c := range cases {

@@ -287,9 +287,7 @@ func describeApp(out *checkOut, cfg app.Config, data []byte, exposed []string, n
 			own[w.Key] = max(own[w.Key], windowBytes(w.Window))
 		}
 		for _, w := range x.Windows {
-			if !w.Hidden {
-				p.Windows = append(p.Windows, spec(w.Dimension, w.Window, uses[w.Key] > 1))
-			}
+			p.Windows = append(p.Windows, spec(w.Dimension, w.Window, uses[w.Key] > 1))
 		}
 		for k, b := range own {
 			p.BytesPerIdentity += b
@@ -325,9 +323,6 @@ func describeApp(out *checkOut, cfg app.Config, data []byte, exposed []string, n
 					uses[w.Key]++
 				}
 				for _, w := range x.Windows {
-					if w.Hidden {
-						continue
-					}
 					s := spec(w.Dimension, w.Window, uses[w.Key] > 1)
 					if b := baseLimit(base[name], w); b != w.Window.Limit {
 						s.Profile = b

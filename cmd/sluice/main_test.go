@@ -130,7 +130,7 @@ func TestExplainShowsPseudonymisedKeysAndSlots(t *testing.T) {
 	}
 	assert.Equal(t, int64(50), byName["user/burst"].Limit, "the plan's ten times 5")
 	assert.Equal(t, "gcra", byName["user/sustained"].Algorithm)
-	assert.True(t, byName["tenant/burst"].SharedKey, "the tenant's sliding logs share one key (log_layout shared)")
+	assert.True(t, byName["tenant/burst"].SharedKey, "the tenant's sliding logs share one key")
 	assert.Equal(t, byName["tenant/burst"].Key, byName["tenant/sustained"].Key)
 
 	// Another secret names other keys.

@@ -25,10 +25,8 @@ type windowOut struct {
 	// Slot is the key's Redis Cluster hash slot.
 	Slot uint16 `json:"slot"`
 	// SharedKey: other windows of the request count on this key too
-	// (log_layout shared, docs/adr/015).
+	// (one log per principal, docs/adr/015).
 	SharedKey bool `json:"shared_key,omitempty"`
-	// Hidden: a window checked again on its own key (log_layout both).
-	Hidden bool `json:"hidden,omitempty"`
 	// Peek only.
 	Remaining    *int64 `json:"remaining,omitempty"`
 	RetryAfterMS *int64 `json:"retry_after_ms,omitempty"`
@@ -70,7 +68,7 @@ func explainedOut(x app.Explanation, ipGiven bool) decisionOut {
 		out.Windows = append(out.Windows, windowOut{
 			Dimension: w.Dimension.String(), Window: w.Window.Name, Algorithm: w.Window.Algorithm.String(),
 			Limit: w.Window.Limit, Period: w.Window.Period.String(), Key: w.Key, Slot: redis.Slot(w.Key),
-			SharedKey: uses[w.Key] > 1, Hidden: w.Hidden,
+			SharedKey: uses[w.Key] > 1,
 		})
 	}
 	if dropped {
@@ -83,8 +81,8 @@ func explainedOut(x app.Explanation, ipGiven bool) decisionOut {
 }
 
 // withPeek adds a peek's per-window answers to out, made from the same
-// request's Explanation: the decision lists the windows that are not
-// hidden, in the Explanation's order. It reports whether no window shown
+// request's Explanation: the decision lists the windows in the
+// Explanation's order. It reports whether no window shown
 // holds any count.
 func withPeek(out *decisionOut, x app.Explanation, d domain.Decision, ipGiven bool) (untouched bool) {
 	checks := d.Windows.All()
@@ -93,9 +91,6 @@ func withPeek(out *decisionOut, x app.Explanation, d domain.Decision, ipGiven bo
 	row := 0
 	shown := out.Windows[:0]
 	for i, w := range x.Windows {
-		if w.Hidden {
-			continue
-		}
 		if i >= len(checks) {
 			break
 		}
@@ -158,9 +153,6 @@ func printDecision(w io.Writer, d decisionOut, peek bool) {
 		}
 		for _, o := range d.Windows {
 			name := o.Window
-			if o.Hidden {
-				name += " (own key)"
-			}
 			if peek {
 				state := "ok"
 				if *o.Blocked {

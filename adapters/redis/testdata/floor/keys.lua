@@ -1,6 +1,6 @@
 -- Floor of sluice's one-key-per-window layout: the commands a decision
--- sends, and no logic (docs/adr/009). Measured beside rate_limit_v2 and
--- v3 by BenchmarkScriptCost.
+-- sends, and no logic (docs/adr/009). Measured beside the store's script
+-- by BenchmarkScriptCost and BenchmarkScriptLoop.
 --
 -- KEYS: the string keys (compact logs, GCRA), then ARGV[1] ZSET keys.
 -- ARGV: [1] how many of the last keys are ZSETs, [2] the value each

@@ -3,31 +3,30 @@
 -- scripts' own (their commands and their Lua) without the client, the
 -- network or the command dispatch, which share the machine's cores in
 -- BenchmarkScriptCost. The benchmark prepends CONTENDERS, a list of
--- {name, kind, fn}: fn(KEYS, ARGV) is rate_limit_v2 (kind 2),
--- rate_limit_v3 or a script taking its arguments (kind 3),
--- rate_limit_v5 (kind 5) or the floor keys.lua (kind 0), each file's
--- text as a function body.
+-- {name, kind, fn}: fn(KEYS, ARGV) is the store's script or a script
+-- taking its arguments (kind 5) or the floor keys.lua (kind 0), each
+-- file's text as a function body.
 --
--- ARGV: [1] the windows, struct-packed as v3's per-key fields ("B I4 i8
--- I4" each); [2] v3's grace in microseconds per contender of kind 3 or 5,
--- comma-separated in CONTENDERS' order; [3] calls per batch; [4]
--- batches.
+-- ARGV: [1] the windows, struct-packed as the script's per-limit fields
+-- ("B I4 i8 I4" each, the key index left out); [2] the grace in
+-- microseconds per contender of kind 5, comma-separated in CONTENDERS'
+-- order; [3] calls per batch; [4] batches.
 --
 -- Every contender runs the same timeline on its own keys: 64 key sets
 -- (a tenant's request, as 4 callers of 16 tenants in BenchmarkScriptCost)
 -- taken in turn, one call every 40 µs of a simulated clock (about the
 -- rate a server sustains), a ZSET window (limit above the compact bound)
--- on one key shared by every set. v2 and v3 get the simulated instant in
--- their arguments (caller time) and the driver reads TIME for each of
--- their calls, as they do under ServerTime, so each contender pays one
+-- on one key shared by every set. The script gets the simulated instant
+-- in its arguments (caller time) and the driver reads TIME for each of
+-- its calls, as it does under ServerTime, so each contender pays one
 -- TIME a call like the floor. Batches of the contenders alternate, so a
 -- slow moment of the machine hits all of them; the reply is each
 -- contender's microseconds per call, the least and the median batch.
 local per, calls, batches = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4])
 local pack, unpack1 = struct.pack, struct.unpack
 local wins = {}
--- per5: the same windows for rate_limit_v5 (kind 5), each on a key of
--- its own: the algorithm byte carries the key's index (4 * i).
+-- per5: the windows as the script takes them, each on a key of its own:
+-- the algorithm byte carries the key's index (4 * i).
 local per5 = ''
 for i = 1, #per / 17 do
   local g, l, p, c = unpack1('>BI4i8I4', per, 17 * (i - 1) + 1)
@@ -65,7 +64,7 @@ for v, c in ipairs(CONTENDERS) do
   for j = 1, SETS do
     s.sets[j] = keyset(v, j)
   end
-  if c.kind == 3 or c.kind == 5 then
+  if c.kind == 5 then
     gi = gi + 1
     s.grace = graces[gi]
   end
@@ -86,17 +85,8 @@ local function batch(v, calls)
       r = c.fn(ks, {tostring(nz), floorValue, tostring(wins[#wins].p), '1000', 'n' .. nonce})
     else
       redis.call('TIME')
-      local head
-      local p = per
-      if c.kind == 3 or c.kind == 5 then
-        head = pack('>i8BI4I4i8I4', s.now, 1, 1000, 1024, s.grace, 1)
-        if c.kind == 5 then
-          p = per5
-        end
-      else
-        head = pack('>i8BI4I4', s.now, 1, 1000, 1024)
-      end
-      r = c.fn(ks, {head .. p, 'n' .. nonce})
+      local head = pack('>i8BI4I4i8I4', s.now, 1, 1000, 1024, s.grace, 1)
+      r = c.fn(ks, {head .. per5, 'n' .. nonce})
       if type(r) ~= 'table' or r[1] ~= 1 then
         error('contender ' .. c.name .. ' did not admit: ' .. tostring(type(r) == 'table' and (r.err or r[1]) or r))
       end
@@ -108,15 +98,15 @@ end
 
 -- Warm every contender for 200 ms of its clock (two of the 100 ms
 -- windows, a fifth of the ZSET's): its keys then hold what they hold at
--- any later time. The floor then writes values as long as the first v3
--- contender's, on average.
+-- any later time. The floor then writes values as long as the first
+-- script's, on average.
 for v, c in ipairs(CONTENDERS) do
   if c.kind ~= 0 then
     batch(v, 200000 / STEP)
   end
 end
 for v, c in ipairs(CONTENDERS) do
-  if c.kind == 3 then
+  if c.kind == 5 then
     local sum, m = 0, 0
     for j = 1, SETS do
       for i = 1, #wins - nz do
