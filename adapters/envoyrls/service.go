@@ -225,13 +225,16 @@ func (s *Service) decide(ctx context.Context, resp *rlsv3.RateLimitResponse, d *
 	var rest, answered []*planned
 	for _, p := range mine {
 		switch {
-		case p.quota && !p.check:
+		case p.quota:
 			quotas++
-			if allowed(p) {
-				rest = append(rest, p)
-			} else {
+			switch {
+			case !allowed(p):
 				quotasRefused++
 				answered = append(answered, p)
+			case p.check:
+				answered = append(answered, p)
+			default:
+				rest = append(rest, p)
 			}
 		case !allowed(p):
 			refused = true
@@ -659,7 +662,7 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, resp *rlsv3.RateLimitResponse,
 	}
 	merged := &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	for i, p := range plans {
-		if p != nil && p.metadata != nil && resp.Statuses[i].Code == rlsv3.RateLimitResponse_OK {
+		if p != nil && !p.unlimited && p.metadata != nil && resp.Statuses[i].Code == rlsv3.RateLimitResponse_OK {
 			mergeStruct(merged, p.metadata)
 		}
 	}
