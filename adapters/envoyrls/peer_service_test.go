@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/adapters/envoyrls"
+	"github.com/sluicehq/sluice/internal/envoypeer"
 )
 
 // The sequences of envoyproxy/ratelimit's integration tests
@@ -114,133 +115,19 @@ func TestPeerIntegrationShareThreshold(t *testing.T) {
 	}
 }
 
-// route builds the descriptors the Envoy of envoyproxy/ratelimit's
-// examples/envoy/proxy.yaml sends for a route: one per action list, each
-// entry a request header; a list whose header is missing sends none.
-func route(headers map[string]string, actions ...[]string) []*rlcommon.RateLimitDescriptor {
-	var ds []*rlcommon.RateLimitDescriptor
-next:
-	for _, a := range actions {
-		var kv []string
-		for _, h := range a {
-			v, ok := headers[h]
-			if !ok {
-				continue next
-			}
-			kv = append(kv, h, v)
-		}
-		ds = append(ds, desc(kv...))
-	}
-	return ds
-}
-
-func h(kv ...string) map[string]string {
-	m := map[string]string{}
-	for i := 0; i+1 < len(kv); i += 2 {
-		m[kv[i]] = kv[i+1]
-	}
-	return m
-}
-
-// The routes of examples/envoy/proxy.yaml.
-func twoheader(hs map[string]string) []*rlcommon.RateLimitDescriptor {
-	return route(hs, []string{"foo", "bar"}, []string{"foo", "baz"})
-}
-
-func fourheader(hs map[string]string) []*rlcommon.RateLimitDescriptor {
-	return route(hs, []string{"foo", "bar"}, []string{"source_cluster", "destination_cluster"})
-}
-
-func fiveheader(hs map[string]string) []*rlcommon.RateLimitDescriptor {
-	return route(hs, []string{"foo", "bar"}, []string{"source_cluster", "destination_cluster"}, []string{"category"})
-}
-
-// step is one request of a script and its expected overall code.
-type step struct {
-	name string
-	ds   []*rlcommon.RateLimitDescriptor
-	want rlsv3.RateLimitResponse_Code
-}
-
-// peerScripts are integration-test/scripts/*.sh on the rl domain of
-// examples/ratelimit/config/example.yaml, in the order run-all.sh runs
-// them, each script's keys its own.
-func peerScripts() map[string][]step {
-	proxy := func(dst string, kv ...string) map[string]string {
-		return h(append([]string{"source_cluster", "proxy", "destination_cluster", dst}, kv...)...)
-	}
-	return map[string][]step{
-		"simple-get": {{"happy path", twoheader(h("foo", "test", "baz", "shady")), ok}},
-		"trigger-ratelimit": {
-			{"1", twoheader(h("foo", "pelle", "baz", "not-so-shady")), ok},
-			{"2", twoheader(h("foo", "pelle", "baz", "not-so-shady")), ok},
-			{"3", twoheader(h("foo", "pelle", "baz", "not-so-shady")), ok},
-			{"4: over 3 per minute", twoheader(h("foo", "pelle", "baz", "not-so-shady")), over},
-			{"5", twoheader(h("foo", "pelle", "baz", "not-so-shady")), over},
-		},
-		"trigger-shadow-mode-key": {
-			{"1", twoheader(h("foo", "pelle", "baz", "shady")), ok},
-			{"2", twoheader(h("foo", "pelle", "baz", "shady")), ok},
-			{"3", twoheader(h("foo", "pelle", "baz", "shady")), ok},
-			{"4: shadow never refuses", twoheader(h("foo", "pelle", "baz", "shady")), ok},
-			{"5", twoheader(h("foo", "pelle", "baz", "shady")), ok},
-		},
-		"value-included-in-stats-key-when-unspecified": {
-			{"1", route(h("unspec", "unspecified_value"), []string{"unspec"}), ok},
-			{"2", route(h("unspec", "unspecified_value"), []string{"unspec"}), ok},
-			{"3: over 2 per minute", route(h("unspec", "unspecified_value"), []string{"unspec"}), over},
-		},
-		"replaces": {
-			{"banned: a block", twoheader(h("foo", "bkthomps", "bar", "banned")), over},
-			{"banned beside mock", fourheader(proxy("mock", "foo", "bkthomps", "bar", "banned")), over},
-			{"override replaces banned_limit 1", fourheader(proxy("override", "foo", "bkthomps", "bar", "banned")), ok},
-			{"override 2", fourheader(proxy("override", "foo", "bkthomps", "bar", "banned")), ok},
-			{"override 3: over 2 per minute", fourheader(proxy("override", "foo", "bkthomps", "bar", "banned")), over},
-			{"bkthomps replaced 1", fourheader(proxy("bkthomps", "foo", "my_foo", "bar", "bkthomps")), ok},
-			{"bkthomps replaced 2", fourheader(proxy("bkthomps", "foo", "my_foo", "bar", "bkthomps")), ok},
-			{"bkthomps replaced 3: over 2", fourheader(proxy("bkthomps", "foo", "my_foo", "bar", "bkthomps")), over},
-			{"not replaced: bkthomps' own 1 per minute", fourheader(proxy("not_bkthomps", "foo", "my_foo", "bar", "bkthomps")), ok},
-			{"not replaced 2", fourheader(proxy("not_bkthomps", "foo", "my_foo", "bar", "bkthomps")), over},
-			{"bkthomps replaced 4", fourheader(proxy("bkthomps", "foo", "my_foo", "bar", "bkthomps")), over},
-			{"category replaces two 1", fiveheader(proxy("fake", "foo", "my_foo", "bar", "bkthomps", "category", "account")), ok},
-			{"category 2", fiveheader(proxy("fake", "foo", "my_foo", "bar", "bkthomps", "category", "account")), ok},
-			{"category 3", fiveheader(proxy("fake", "foo", "my_foo", "bar", "bkthomps", "category", "account")), ok},
-			{"category 4", fiveheader(proxy("fake", "foo", "my_foo", "bar", "bkthomps", "category", "account")), ok},
-			{"category 5: over 4", fiveheader(proxy("fake", "foo", "my_foo", "bar", "bkthomps", "category", "account")), over},
-			{"foo_2 bkthomps 1", twoheader(h("foo", "foo_2", "bar", "bkthomps")), ok},
-			{"foo_2 bkthomps 2", twoheader(h("foo", "foo_2", "bar", "bkthomps")), over},
-			{"fake_name 1", fourheader(proxy("fake", "foo", "foo_3", "bar", "bar_3")), ok},
-			{"fake_name 2", fourheader(proxy("fake", "foo", "foo_3", "bar", "bar_3")), ok},
-			{"fake_name 3: over 2", fourheader(proxy("fake", "foo", "foo_3", "bar", "bar_3")), over},
-			{"category 6", fiveheader(proxy("fake", "foo", "my_foo", "bar", "bkthomps", "category", "account")), over},
-		},
-		"quota": {
-			{"1: both quotas", quotaRoute(), ok},
-			{"2: service_1 spent, service_2 left", quotaRoute(), ok},
-			{"3: every quota spent", quotaRoute(), over},
-		},
-	}
-}
-
-// quotaRoute is /quota: generic keys service_1 and service_2, both in
-// quota_mode.
-func quotaRoute() []*rlcommon.RateLimitDescriptor {
-	return []*rlcommon.RateLimitDescriptor{desc("service", "service_1"), desc("service", "service_2")}
-}
-
 // TestPeerScripts runs every script on each store, the example loaded with
 // AcceptUnlimited (it holds unlimited entries and a block).
 func TestPeerScripts(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			for name, steps := range peerScripts() {
+			for name, steps := range envoypeer.Scripts() {
 				// A rig per script: each starts with fresh counts, as the
 				// peer's scripts use keys of their own.
 				r := newPeerRig(t, b.primary(t), "testdata/peer/examples", acceptUnlimited, envoyrls.Options{})
 				for _, s := range steps {
-					resp := r.call(t, "rl", 0, s.ds...)
-					require.Equal(t, s.want, resp.OverallCode, "%s: %s", name, s.name)
+					resp := r.call(t, envoypeer.Domain, 0, s.Descriptors...)
+					require.Equal(t, s.Want, resp.OverallCode, "%s: %s", name, s.Name)
 				}
 			}
 		})
