@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,7 +23,13 @@ import (
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-func TestMain(m *testing.M) { redistest.Main(m) }
+func TestMain(m *testing.M) {
+	code := redistest.Run(m)
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
 
 // The built binary, run as a deployment of envoyproxy/ratelimit would run
 // it: its own configuration files (adapters/envoyrls/testdata/peer), its
@@ -51,11 +56,10 @@ func binary(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(dir, "sluice-rls")
-		cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", binPath, ".")
+		cmd := exec.Command("go", "build", "-o", binPath, ".")
 		buildOut, buildErr = cmd.CombinedOutput()
 	})
 	require.NoError(t, buildErr, "go build: %s", buildOut)
-	t.Cleanup(func() {}) // the binary's directory goes with the machine's temp files
 	return binPath
 }
 
