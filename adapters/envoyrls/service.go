@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"math"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -421,10 +422,13 @@ func (d *domainRules) planOne(desc *rlcommon.RateLimitDescriptor, keys, values, 
 		return nil
 	}
 	m := d.match(keys, values)
-	for i, pat := range m.shared {
-		if pat != "" {
-			// Never a request value: those are header values, without NUL.
-			norm[i] = "\x00" + pat
+	if m.shared != nil {
+		norm = slices.Clone(norm)
+		for i, pat := range m.shared {
+			if pat != "" {
+				// Never a request value: those are header values, without NUL.
+				norm[i] = "\x00" + pat
+			}
 		}
 	}
 	r := m.rule
@@ -490,16 +494,21 @@ func (d *domainRules) override(o *rlcommon.RateLimitDescriptor_RateLimitOverride
 
 // entries returns a descriptor's keys, its values as sent, and its
 // values with an ip value normalised as sluice's ip dimension is (IPv6
-// grouped by /64).
+// grouped by /64): the same slice as values when no value changed.
 func entries(desc *rlcommon.RateLimitDescriptor) (keys, values, norm []string) {
-	for _, e := range desc.GetEntries() {
-		v, n := e.GetValue(), e.GetValue()
-		if a, err := netip.ParseAddr(v); err == nil {
-			if g, err := domain.NormaliseIP(a); err == nil {
-				n = g
+	es := desc.GetEntries()
+	keys, values = make([]string, len(es)), make([]string, len(es))
+	norm = values
+	for i, e := range es {
+		keys[i], values[i] = e.GetKey(), e.GetValue()
+		if a, err := netip.ParseAddr(values[i]); err == nil {
+			if g, err := domain.NormaliseIP(a); err == nil && g != values[i] {
+				if &norm[0] == &values[0] {
+					norm = slices.Clone(values)
+				}
+				norm[i] = g
 			}
 		}
-		keys, values, norm = append(keys, e.GetKey()), append(values, v), append(norm, n)
 	}
 	return keys, values, norm
 }
