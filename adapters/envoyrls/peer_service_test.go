@@ -284,3 +284,15 @@ func headerMap(resp *rlsv3.RateLimitResponse) map[string]string {
 	}
 	return m
 }
+
+// TestGlobalShadowNeverRefuses: under the Limiter's global shadow mode
+// (the peer's SHADOW_MODE), hits above a whole limit are answered OK too,
+// the status telling what would have been refused.
+func TestGlobalShadowNeverRefuses(t *testing.T) {
+	g := newRigWith(t, limitertestLocal(t), func(c *appConfig) { c.ShadowMode = true }, "sluice/shared.yaml")
+	resp := g.call(t, "shared", 11, desc("hits", "g"))
+	assert.Equal(t, ok, resp.OverallCode)
+	assertStatus(t, resp.Statuses[0], ok, 10, rlsv3.RateLimitResponse_RateLimit_MINUTE, 0)
+	assert.Equal(t, time.Minute, resp.Statuses[0].DurationUntilReset.AsDuration())
+	assert.NotContains(t, headerMap(resp), "Retry-After")
+}

@@ -67,6 +67,9 @@ type Service struct {
 	lim  Evaluator
 	cfg  *Config
 	opts Options
+	// globalShadow: the Limiter's Config.ShadowMode, which a refusal
+	// decided without it (a descriptor that can never pass) honours too.
+	globalShadow bool
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -81,7 +84,11 @@ func NewWithOptions(lim Evaluator, cfg *Config, o Options) *Service {
 	o.LimitHeader = cmp.Or(o.LimitHeader, "RateLimit-Limit")
 	o.RemainingHeader = cmp.Or(o.RemainingHeader, "RateLimit-Remaining")
 	o.ResetHeader = cmp.Or(o.ResetHeader, "RateLimit-Reset")
-	return &Service{lim: lim, cfg: cfg, opts: o}
+	s := &Service{lim: lim, cfg: cfg, opts: o}
+	if c, ok := lim.(interface{ Config() app.Config }); ok {
+		s.globalShadow = c.Config().ShadowMode
+	}
+	return s
 }
 
 // planned is one request descriptor, matched.
@@ -181,14 +188,14 @@ func (s *Service) decide(ctx context.Context, resp *rlsv3.RateLimitResponse, d *
 	if len(never) > 0 {
 		needCheck = true
 		for _, p := range never {
-			s.neverPasses(resp.Statuses[p.index], p, shadow)
+			s.neverPasses(resp.Statuses[p.index], p, shadow || s.globalShadow)
 		}
 	}
 	base := app.WindowsRequest{RouteKey: d.routeKey, Action: d.action, Scope: scope, Shadow: shadow}
 	if !needCheck {
 		return s.count(ctx, resp, base, mine, shadow)
 	}
-	refusedNever := len(never) > 0 && !shadow
+	refusedNever := len(never) > 0 && !shadow && !s.globalShadow
 	checked := base
 	// The checks go in last, so each knows the cost counted on its key.
 	for _, p := range mine {
