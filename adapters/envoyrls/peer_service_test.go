@@ -296,3 +296,32 @@ func TestGlobalShadowNeverRefuses(t *testing.T) {
 	assert.Equal(t, time.Minute, resp.Statuses[0].DurationUntilReset.AsDuration())
 	assert.NotContains(t, headerMap(resp), "Retry-After")
 }
+
+// TestPeerReadmeExample11: the sequence of the peer README's example 11:
+// five files/a.pdf and five files/b.csv spend files/*'s shared 10 per
+// hour, so files/c.txt is refused; ten files_no_share/a.pdf leave
+// files_no_share/b.csv its own 10.
+func TestPeerReadmeExample11(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			r := newPeerRig(t, b.primary(t), "testdata/envoyproxy", envoyrls.LoadOptions{}, envoyrls.Options{})
+			for i := range 10 {
+				f := "files/a.pdf"
+				if i >= 5 {
+					f = "files/b.csv"
+				}
+				require.Equal(t, ok, r.call(t, "example11", 1, desc("files", f)).OverallCode, "call %d", i)
+			}
+			resp := r.call(t, "example11", 1, desc("files", "files/c.txt"))
+			assert.Equal(t, over, resp.OverallCode, "the shared threshold is spent")
+			for i := range 10 {
+				require.Equal(t, ok, r.call(t, "example11", 1, desc("files_no_share", "files_no_share/a.pdf")).OverallCode, "call %d", i)
+			}
+			assert.Equal(t, over, r.call(t, "example11", 1, desc("files_no_share", "files_no_share/a.pdf")).OverallCode)
+			resp = r.call(t, "example11", 1, desc("files_no_share", "files_no_share/b.csv"))
+			assert.Equal(t, ok, resp.OverallCode, "b.csv has its own threshold")
+			assert.Equal(t, uint32(9), resp.Statuses[0].LimitRemaining)
+		})
+	}
+}
