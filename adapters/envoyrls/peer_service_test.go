@@ -121,10 +121,10 @@ func TestPeerScripts(t *testing.T) {
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
+			// One service for every script, as the peer runs them: their
+			// keys are disjoint.
+			r := newPeerRig(t, b.primary(t), "testdata/peer/examples", acceptUnlimited, envoyrls.Options{})
 			for name, steps := range envoypeer.Scripts() {
-				// A rig per script: each starts with fresh counts, as the
-				// peer's scripts use keys of their own.
-				r := newPeerRig(t, b.primary(t), "testdata/peer/examples", acceptUnlimited, envoyrls.Options{})
 				for _, s := range steps {
 					resp := r.call(t, envoypeer.Domain, 0, s.Descriptors...)
 					require.Equal(t, s.Want, resp.OverallCode, "%s: %s", name, s.Name)
