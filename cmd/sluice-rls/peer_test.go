@@ -227,3 +227,24 @@ func TestBinaryRefusesNamingTheFile(t *testing.T) {
 		assert.Contains(t, string(out), c.want)
 	}
 }
+
+// TestBinaryRestartReloads: no hot reload (docs/adr/011). The peer's
+// reload test swaps its runtime file under a running service; here the
+// running binary keeps the limits it started with, and a restart reads the
+// new file.
+func TestBinaryRestartReloads(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "basic.yaml")
+	write := func(rpu string) {
+		require.NoError(t, os.WriteFile(file, []byte("domain: reload\ndescriptors:\n  - key: key1\n    rate_limit:\n      unit: second\n      requests_per_unit: "+rpu+"\n"), 0o600))
+	}
+	limit := func(c rlsv3.RateLimitServiceClient) uint32 {
+		return shouldRateLimit(t, c, "reload", 1, envoypeer.Desc("key1", "r")).Statuses[0].CurrentLimit.GetRequestsPerUnit()
+	}
+	write("50")
+	c := startBinary(t, nil, "-config", dir)
+	require.Equal(t, uint32(50), limit(c))
+	write("7")
+	assert.Equal(t, uint32(50), limit(c), "the running service keeps its limits")
+	assert.Equal(t, uint32(7), limit(startBinary(t, nil, "-config", dir)), "a restart reads the file")
+}
