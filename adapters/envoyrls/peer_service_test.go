@@ -325,3 +325,26 @@ func TestPeerReadmeExample11(t *testing.T) {
 		})
 	}
 }
+
+// TestBlockAndUnlimitedExamples: the peer README's example 3 (a block list
+// by a limit of 0) and an unlimited address, loaded with AcceptUnlimited:
+// the blocked address is refused from its first request, counting
+// nothing; the others keep their 10 per second; the unlimited address is
+// answered OK with no limit. The match is on the value as sent, the count
+// on the address grouped as sluice's ip dimension is.
+func TestBlockAndUnlimitedExamples(t *testing.T) {
+	r := newPeerRig(t, limitertestLocal(t), "testdata/invalid/example3-blocklist.yaml", acceptUnlimited, envoyrls.Options{})
+	for range 3 {
+		resp := r.call(t, "edge_proxy_per_ip", 1, desc("remote_address", "50.0.0.5"))
+		require.Equal(t, over, resp.OverallCode)
+		assertStatus(t, resp.Statuses[0], over, 0, rlsv3.RateLimitResponse_RateLimit_SECOND, 0)
+	}
+	resp := r.call(t, "edge_proxy_per_ip", 1, desc("remote_address", "50.0.0.6"))
+	assertStatus(t, resp.Statuses[0], ok, 10, rlsv3.RateLimitResponse_RateLimit_SECOND, 9)
+
+	u := newPeerRig(t, limitertestLocal(t), "testdata/invalid/unlimited.yaml", acceptUnlimited, envoyrls.Options{})
+	resp = u.call(t, "internal", 1, desc("remote_address", "10.0.0.1"))
+	assert.Equal(t, ok, resp.OverallCode)
+	assert.Nil(t, resp.Statuses[0].CurrentLimit)
+	assert.Equal(t, uint32(4294967295), resp.Statuses[0].LimitRemaining)
+}
