@@ -380,13 +380,23 @@ func parseFile(c *Config, o LoadOptions, data []byte) (*domainRules, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&f); err != nil {
-		if m := unknownFieldR.FindStringSubmatch(err.Error()); m != nil {
-			return nil, &domain.ConfigError{Field: m[2], Reason: "unknown field at line " + m[1], Err: fmt.Errorf("%w: %w", ErrUnknownField, err)}
-		}
-		if errors.Is(err, io.EOF) {
+		var ce *domain.ConfigError
+		switch m := unknownFieldR.FindStringSubmatch(err.Error()); {
+		case m != nil:
+			ce = &domain.ConfigError{Field: m[2], Reason: "unknown field at line " + m[1], Err: fmt.Errorf("%w: %w", ErrUnknownField, err)}
+		case errors.Is(err, io.EOF):
 			return nil, &domain.ConfigError{Field: "domain", Reason: "required (the file is empty)"}
+		default:
+			ce = &domain.ConfigError{Field: "(document)", Reason: "not valid YAML for this format", Err: err}
 		}
-		return nil, &domain.ConfigError{Field: "(document)", Reason: "not valid YAML for this format", Err: err}
+		// The domain, when the file names one, tells which file this is.
+		var named struct {
+			Domain string `yaml:"domain"`
+		}
+		if yaml.Unmarshal(data, &named) == nil && named.Domain != "" {
+			return nil, inDomain(named.Domain, ce)
+		}
+		return nil, ce
 	}
 	if f.Domain == "" {
 		return nil, &domain.ConfigError{Field: "domain", Reason: "required"}

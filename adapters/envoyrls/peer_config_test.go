@@ -261,10 +261,10 @@ func TestPeerRefusedFiles(t *testing.T) {
 		{[]string{"replaces_self.yaml"}, envoyrls.LoadOptions{}, "test-domain", "key1_value1.subkey1", "test-domain.descriptors[0].descriptors[0].rate_limit.replaces[0].name", envoyrls.ErrReplacesSelf},
 		{[]string{"replaces_empty.yaml"}, envoyrls.LoadOptions{}, "test-domain", "key1_value1.subkey1", "test-domain.descriptors[0].descriptors[0].rate_limit.replaces[0].name", nil},
 		{[]string{"bad_yaml.yaml"}, envoyrls.LoadOptions{}, "", "", "(document)", nil},
-		{[]string{"misspelled_key.yaml"}, envoyrls.LoadOptions{}, "", "", "ratelimit", envoyrls.ErrUnknownField},
-		{[]string{"misspelled_key2.yaml"}, envoyrls.LoadOptions{}, "", "", "requestsperunit", envoyrls.ErrUnknownField},
+		{[]string{"misspelled_key.yaml"}, envoyrls.LoadOptions{}, "test-domain", "", "ratelimit", envoyrls.ErrUnknownField},
+		{[]string{"misspelled_key2.yaml"}, envoyrls.LoadOptions{}, "test-domain", "", "requestsperunit", envoyrls.ErrUnknownField},
 		{[]string{"non_string_key.yaml"}, envoyrls.LoadOptions{}, "", "", "0.25", envoyrls.ErrUnknownField},
-		{[]string{"non_map_list.yaml"}, envoyrls.LoadOptions{}, "", "", "(document)", nil},
+		{[]string{"non_map_list.yaml"}, envoyrls.LoadOptions{}, "test-domain", "", "(document)", nil},
 		{[]string{"unlimited_with_unit.yaml"}, acceptUnlimited, "test-domain", "foo", "test-domain.descriptors[0].rate_limit.unit", nil},
 		{[]string{"unlimited_with_unit.yaml"}, envoyrls.LoadOptions{}, "test-domain", "foo", "test-domain.descriptors[0].rate_limit.unlimited", envoyrls.ErrUnlimited},
 	}
