@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/domain"
@@ -23,15 +24,76 @@ import (
 // Sentinel errors wrapped by the *domain.ConfigError of the boot failures
 // callers tell apart. Every one also matches domain.ErrInvalidConfig.
 var (
-	// ErrUnlimited: a rate_limit says unlimited: true. A limit that never
-	// limits is an allow list, which sluice does not have (docs/adr/005).
-	ErrUnlimited = errors.New("unlimited limits are allow lists, which sluice does not have")
+	// ErrUnlimited: a rate_limit says unlimited: true, or requests_per_unit
+	// 0, and LoadOptions.AcceptUnlimited is not set. A limit that never
+	// limits is an allow list, which sluice does not have (docs/adr/005,
+	// docs/adr/011).
+	ErrUnlimited = errors.New("unlimited limits and requests_per_unit 0 load only with -accept-unlimited (docs/adr/011)")
 	// ErrUnknownField: the YAML names a field the format does not have.
 	ErrUnknownField = errors.New("unknown configuration field")
-	// ErrDuplicateDomain: two files configure one domain, or two domains
-	// share a route key.
+	// ErrDuplicateDomain: two files configure one domain (without
+	// LoadOptions.MergeDomains), or two domains share a route key.
 	ErrDuplicateDomain = errors.New("domain configured twice")
+	// ErrDuplicateDescriptor: one level of a domain's tree declares a
+	// key (and value, or wildcard value) twice, in one file or across the
+	// merged files of a domain.
+	ErrDuplicateDescriptor = errors.New("duplicate descriptor")
+	// ErrReplacesSelf: a limit's replaces names the limit itself.
+	ErrReplacesSelf = errors.New("replaces names the limit itself")
 )
+
+// FileError is a refused configuration file: it names the file, and the
+// domain and the descriptor (its composite key, e.g.
+// "key1_value1.subkey1", as envoyproxy/ratelimit names it) where it has
+// them. It wraps the *domain.ConfigError naming the field, so errors.As
+// and errors.Is(err, domain.ErrInvalidConfig) see through it.
+type FileError struct {
+	// File is the file's path as it was loaded (or "document N" for
+	// ParseConfig's unnamed documents).
+	File string
+	// Domain is the file's domain, "" before it is known.
+	Domain string
+	// Descriptor is the descriptor's composite key within the domain,
+	// "" when the error is not a descriptor's.
+	Descriptor string
+	// Err is the *domain.ConfigError.
+	Err error
+}
+
+func (e *FileError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Domain != "" {
+		b.WriteString(": domain " + e.Domain)
+	}
+	if e.Descriptor != "" {
+		b.WriteString(": descriptor " + e.Descriptor)
+	}
+	b.WriteString(": " + e.Err.Error())
+	return b.String()
+}
+
+func (e *FileError) Unwrap() error { return e.Err }
+
+// LoadOptions are the loader's settings, envoyproxy/ratelimit's where it
+// has one.
+type LoadOptions struct {
+	// MergeDomains merges the files that configure one domain into one
+	// tree (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG); a descriptor
+	// declared in two of them is still refused. Without it a domain in two
+	// files is refused (ErrDuplicateDomain). sluice's own fields
+	// (hash_tag_key, unscoped_keys, degraded, limit_override_ceiling) may
+	// be set in one file of a merged domain, or the same in several.
+	MergeDomains bool
+	// AcceptUnlimited loads envoyproxy/ratelimit's two limits that never
+	// count (docs/adr/011): unlimited: true, a descriptor answered OK with
+	// no limit (as one without rate_limit is), whose replaces are refused
+	// (they would drop another limit: an allow list); and
+	// requests_per_unit: 0, a block: every request it matches is
+	// OVER_LIMIT and counts nowhere. Neither can admit a request a limit
+	// would refuse. Without it both are refused (ErrUnlimited).
+	AcceptUnlimited bool
+}
 
 // DomainFile is one configuration file: envoyproxy/ratelimit's format (one
 // domain, nested descriptors) plus sluice's own fields, each optional.
@@ -63,7 +125,8 @@ type DomainFile struct {
 }
 
 // DescriptorConfig is one descriptor of the tree: a key, an optional
-// value, an optional limit and nested descriptors.
+// value (exact, or a pattern whose '*' match any run of characters), an
+// optional limit and nested descriptors.
 type DescriptorConfig struct {
 	Key   string `yaml:"key"`
 	Value string `yaml:"value"`
@@ -71,11 +134,26 @@ type DescriptorConfig struct {
 	RateLimit *RateLimitConfig `yaml:"rate_limit"`
 	// ShadowMode decides and counts but never refuses for this limit.
 	ShadowMode bool `yaml:"shadow_mode"`
-	// DetailedMetric is accepted for compatibility and changes nothing:
-	// sluice never puts a descriptor's value in a metric label.
+	// QuotaMode: this limit is one of the request's quotas. A quota over
+	// its limit is OVER_LIMIT in its status, and refuses the request only
+	// when every quota of the request is (envoyproxy/ratelimit's
+	// quota_mode); the others are counted.
+	QuotaMode bool `yaml:"quota_mode"`
+	// DetailedMetric and ValueToMetric are accepted for compatibility and
+	// change nothing: sluice never puts a descriptor's value in a metric
+	// label.
 	DetailedMetric bool `yaml:"detailed_metric"`
-	// Replaces names limits this one replaces in a request that matches
-	// both: the replaced limits are not counted.
+	ValueToMetric  bool `yaml:"value_to_metric"`
+	// ShareThreshold: every value the wildcard value matches counts in
+	// one window (the pattern's), not one window per value. Only with a
+	// value containing '*'.
+	ShareThreshold bool `yaml:"share_threshold"`
+	// Metadata is returned, merged over the request's admitted
+	// descriptors, in the response's dynamic_metadata when the service
+	// sends it (Options.DynamicMetadata).
+	Metadata map[string]any `yaml:"metadata"`
+	// Replaces here (sluice's first placement) is the same as
+	// rate_limit.replaces, envoyproxy/ratelimit's.
 	Replaces    []ReplaceConfig    `yaml:"replaces"`
 	Descriptors []DescriptorConfig `yaml:"descriptors"`
 }
@@ -99,7 +177,10 @@ type RateLimitConfig struct {
 	// the window (made to fit [a-z0-9_-]{1,32}; default: the descriptor's
 	// key).
 	Name string `yaml:"name"`
-	// Unlimited is refused (ErrUnlimited).
+	// Replaces names limits this one replaces in a request that matches
+	// both: the replaced limits are not counted.
+	Replaces []ReplaceConfig `yaml:"replaces"`
+	// Unlimited loads only with LoadOptions.AcceptUnlimited.
 	Unlimited bool `yaml:"unlimited"`
 	// Algorithm (sluice) is "sliding_log" (the default: exact) or "gcra".
 	Algorithm string `yaml:"algorithm"`
@@ -129,21 +210,37 @@ type domainRules struct {
 	action   domain.DegradedAction
 	ceiling  *rate
 	root     *node
+	// own is the sluice fields' rendering, which merged files must share.
+	own string
 }
 
 // node is one level of the descriptor tree. A request entry matches the
-// exact key_value first, then a value ending in '*' as a prefix, then the
-// key alone (any value), as envoyproxy/ratelimit does.
+// exact key and value first, then the wildcard values of its key in the
+// order they were declared, then the key alone (any value), as
+// envoyproxy/ratelimit does.
 type node struct {
-	exact    map[string]*node
-	prefixes []prefixNode
-	any      map[string]*node
-	rule     *rule
+	exact     map[string]*node
+	wildcards []wildcardNode
+	any       map[string]*node
+	rule      *rule
+	// seen holds every composite key (key, or key_value) declared here.
+	seen map[string]bool
+	// shareThreshold: a value matched through this wildcard counts as
+	// the pattern.
+	shareThreshold bool
+	pattern        string
+	metadata       *structpb.Struct
 }
 
-type prefixNode struct {
-	key, prefix string
-	next        *node
+// wildcardNode is a wildcard value, split on '*' when loaded.
+type wildcardNode struct {
+	key   string
+	parts []string
+	next  *node
+}
+
+func newNode() *node {
+	return &node{exact: map[string]*node{}, any: map[string]*node{}, seen: map[string]bool{}}
 }
 
 // rate is requests per period, with the unit Envoy is told.
@@ -161,7 +258,14 @@ type rule struct {
 	unit     string
 	mult     uint32
 	shadow   bool
+	quota    bool
 	replaces []string
+	// unlimited: the descriptor has no limit (AcceptUnlimited).
+	unlimited bool
+	// block: requests_per_unit 0, every request refused (AcceptUnlimited).
+	block bool
+	// path is the descriptor's composite key, for Lookup.
+	path string
 }
 
 // units are the periods of Envoy's RateLimitUnit. A month counts 30 days
@@ -173,37 +277,49 @@ var units = map[string]time.Duration{
 
 var (
 	nameUnsafe    = regexp.MustCompile(`[^a-z0-9_-]+`)
-	unknownFieldR = regexp.MustCompile(`field (\S+) not found`)
+	unknownFieldR = regexp.MustCompile(`line (\d+): field (\S+) not found`)
 )
 
-// LoadConfig reads path: one YAML file, or every *.yaml and *.yml file of
-// a directory (envoyproxy/ratelimit's layout, one domain per file).
-func LoadConfig(path string) (*Config, error) {
+// File is one named configuration document.
+type File struct {
+	// Name names the file in errors.
+	Name string
+	Data []byte
+}
+
+// LoadConfig reads path with the default LoadOptions: one YAML file, or
+// every *.yaml and *.yml file of a directory (envoyproxy/ratelimit's
+// layout, one domain per file).
+func LoadConfig(path string) (*Config, error) { return LoadConfigWith(path, LoadOptions{}) }
+
+// LoadConfigWith reads path as LoadConfig does, under o. Every error names
+// the file (*FileError), and the domain and descriptor where it has them.
+func LoadConfigWith(path string, o LoadOptions) (*Config, error) {
 	st, err := os.Stat(path)
 	if err != nil {
-		return nil, &domain.ConfigError{Field: "(file)", Reason: "cannot be read", Err: err}
+		return nil, &FileError{File: path, Err: &domain.ConfigError{Field: "(file)", Reason: "cannot be read", Err: err}}
 	}
-	files := []string{path}
+	names := []string{path}
 	if st.IsDir() {
-		files = nil
+		names = nil
 		for _, pat := range []string{"*.yaml", "*.yml"} {
 			m, _ := filepath.Glob(filepath.Join(path, pat))
-			files = append(files, m...)
+			names = append(names, m...)
 		}
-		slices.Sort(files)
-		if len(files) == 0 {
-			return nil, &domain.ConfigError{Field: "(file)", Reason: "no *.yaml or *.yml file in " + path}
+		slices.Sort(names)
+		if len(names) == 0 {
+			return nil, &FileError{File: path, Err: &domain.ConfigError{Field: "(file)", Reason: "no *.yaml or *.yml file in the directory"}}
 		}
 	}
-	docs := make([][]byte, 0, len(files))
-	for _, f := range files {
-		b, err := readBounded(f)
+	files := make([]File, 0, len(names))
+	for _, n := range names {
+		b, err := readBounded(n)
 		if err != nil {
-			return nil, &domain.ConfigError{Field: "(file)", Reason: "cannot be read: " + filepath.Base(f), Err: err}
+			return nil, &FileError{File: n, Err: &domain.ConfigError{Field: "(file)", Reason: "cannot be read", Err: err}}
 		}
-		docs = append(docs, b)
+		files = append(files, File{Name: n, Data: b})
 	}
-	return ParseConfig(docs...)
+	return ParseFiles(o, files...)
 }
 
 func readBounded(path string) ([]byte, error) {
@@ -219,43 +335,107 @@ func readBounded(path string) ([]byte, error) {
 	return b, err
 }
 
-// ParseConfig reads one YAML document per domain and validates them all:
-// every failure is a *domain.ConfigError naming the field (e.g.
-// "mongo_cps.descriptors[0].rate_limit.unit"), unknown fields included.
+// ParseConfig reads one YAML document per domain with the default
+// LoadOptions; errors name the documents "document 1", "document 2"...
 func ParseConfig(docs ...[]byte) (*Config, error) {
+	files := make([]File, len(docs))
+	for i, d := range docs {
+		files[i] = File{Name: fmt.Sprintf("document %d", i+1), Data: d}
+	}
+	return ParseFiles(LoadOptions{}, files...)
+}
+
+// ParseFiles reads and validates files under o: every failure is a
+// *FileError naming the file, the domain and the descriptor where it has
+// them, around a *domain.ConfigError naming the field (e.g.
+// "mongo_cps.descriptors[0].rate_limit.unit"), unknown fields included.
+func ParseFiles(o LoadOptions, files ...File) (*Config, error) {
 	c := &Config{domains: map[string]*domainRules{}}
 	routeKeys := map[string]string{}
-	for _, data := range docs {
-		var f DomainFile
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		if err := dec.Decode(&f); err != nil {
-			if m := unknownFieldR.FindStringSubmatch(err.Error()); m != nil {
-				return nil, &domain.ConfigError{Field: m[1], Reason: "unknown field", Err: fmt.Errorf("%w: %w", ErrUnknownField, err)}
-			}
-			return nil, &domain.ConfigError{Field: "(document)", Reason: "not valid YAML for this format", Err: err}
-		}
-		d, err := compileDomain(&f)
+	for _, file := range files {
+		d, err := parseFile(c, o, file.Data)
 		if err != nil {
+			fe := &FileError{Err: err}
+			if !errors.As(err, &fe) {
+				err = fe
+			}
+			fe.File = file.Name
 			return nil, err
 		}
-		if _, dup := c.domains[d.name]; dup {
-			return nil, &domain.ConfigError{Field: "domain", Reason: d.name, Err: ErrDuplicateDomain}
+		if _, merged := c.domains[d.name]; merged {
+			continue
 		}
 		if other, dup := routeKeys[d.routeKey]; dup {
-			return nil, &domain.ConfigError{Field: "domain", Reason: fmt.Sprintf("%s and %s share the route key %s", other, d.name, d.routeKey), Err: ErrDuplicateDomain}
+			return nil, &FileError{File: file.Name, Domain: d.name, Err: &domain.ConfigError{Field: "domain", Reason: fmt.Sprintf("%s and %s share the route key %s", other, d.name, d.routeKey), Err: ErrDuplicateDomain}}
 		}
 		c.domains[d.name], routeKeys[d.routeKey] = d, d.name
 	}
 	return c, nil
 }
 
-// compileDomain validates one file and builds its tree.
-func compileDomain(f *DomainFile) (*domainRules, error) {
+// parseFile decodes one file and compiles it, into the domain c already
+// holds when o merges domains.
+func parseFile(c *Config, o LoadOptions, data []byte) (*domainRules, error) {
+	var f DomainFile
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		var ce *domain.ConfigError
+		switch m := unknownFieldR.FindStringSubmatch(err.Error()); {
+		case m != nil:
+			ce = &domain.ConfigError{Field: m[2], Reason: "unknown field at line " + m[1], Err: fmt.Errorf("%w: %w", ErrUnknownField, err)}
+		case errors.Is(err, io.EOF):
+			return nil, &domain.ConfigError{Field: "domain", Reason: "required (the file is empty)"}
+		default:
+			ce = &domain.ConfigError{Field: "(document)", Reason: "not valid YAML for this format", Err: err}
+		}
+		// The domain, when the file names one, tells which file this is.
+		var named struct {
+			Domain string `yaml:"domain"`
+		}
+		if yaml.Unmarshal(data, &named) == nil && named.Domain != "" {
+			return nil, inDomain(named.Domain, ce)
+		}
+		return nil, ce
+	}
 	if f.Domain == "" {
 		return nil, &domain.ConfigError{Field: "domain", Reason: "required"}
 	}
-	d := &domainRules{name: f.Domain, routeKey: sanitise(f.Domain, 64), tagKey: f.HashTagKey, action: domain.ActionBypass}
+	d, err := compileDomain(&f)
+	if err != nil {
+		return nil, inDomain(f.Domain, err)
+	}
+	if prev := c.domains[f.Domain]; prev != nil {
+		switch {
+		case !o.MergeDomains:
+			return nil, &FileError{Domain: f.Domain, Err: &domain.ConfigError{Field: "domain", Reason: "configured in another file too (merge them with -merge-domain-config)", Err: ErrDuplicateDomain}}
+		case d.own != "" && prev.own != "" && d.own != prev.own:
+			return nil, &FileError{Domain: f.Domain, Err: &domain.ConfigError{Field: "domain", Reason: "merged files set different sluice fields (hash_tag_key, unscoped_keys, degraded, limit_override_ceiling): set them in one file", Err: ErrDuplicateDomain}}
+		case d.own != "":
+			prev.tagKey, prev.unscoped, prev.action, prev.ceiling, prev.own = d.tagKey, d.unscoped, d.action, d.ceiling, d.own
+		}
+		d = prev
+	}
+	l := level{domain: f.Domain, path: f.Domain + ".descriptors", opts: o}
+	if err := l.compile(d.root, f.Descriptors); err != nil {
+		return nil, inDomain(f.Domain, err)
+	}
+	return d, nil
+}
+
+// inDomain names the domain in err, a *FileError or not.
+func inDomain(name string, err error) error {
+	var fe *FileError
+	if !errors.As(err, &fe) {
+		return &FileError{Domain: name, Err: err}
+	}
+	fe.Domain = name
+	return err
+}
+
+// compileDomain validates a file's own fields.
+func compileDomain(f *DomainFile) (*domainRules, error) {
+	d := &domainRules{name: f.Domain, routeKey: sanitise(f.Domain, 64), tagKey: f.HashTagKey, action: domain.ActionBypass, root: newNode()}
 	field := func(s string) string { return f.Domain + "." + s }
 	for i, k := range f.UnscopedKeys {
 		at := fmt.Sprintf("%s[%d]", field("unscoped_keys"), i)
@@ -284,66 +464,147 @@ func compileDomain(f *DomainFile) (*domainRules, error) {
 		}
 		d.ceiling = &r
 	}
-	root, err := compileLevel(f.Descriptors, field("descriptors"))
-	if err != nil {
-		return nil, err
+	if f.HashTagKey != "" || len(f.UnscopedKeys) > 0 || f.Degraded != "" || f.LimitOverrideCeiling != nil {
+		d.own = fmt.Sprint(f.HashTagKey, f.UnscopedKeys, f.Degraded, ceilingString(f.LimitOverrideCeiling))
 	}
-	d.root = root
 	return d, nil
 }
 
-// compileLevel builds one level of the tree.
-func compileLevel(ds []DescriptorConfig, path string) (*node, error) {
-	n := &node{exact: map[string]*node{}, any: map[string]*node{}}
+func ceilingString(r *RateConfig) string {
+	if r == nil {
+		return ""
+	}
+	return fmt.Sprint(*r)
+}
+
+// level is where compile is in a file: the domain, the field path and the
+// descriptor's composite key.
+type level struct {
+	domain, path, key string
+	opts              LoadOptions
+}
+
+// descriptorError wraps err with the descriptor's composite key.
+func (l level) descriptorError(key string, err error) error {
+	var fe *FileError
+	if errors.As(err, &fe) {
+		return err
+	}
+	return &FileError{Descriptor: key, Err: err}
+}
+
+// compile adds descriptors to n (a new node, or a merged domain's).
+func (l level) compile(n *node, ds []DescriptorConfig) error {
 	for i := range ds {
 		dc := &ds[i]
-		at := fmt.Sprintf("%s[%d]", path, i)
+		at := fmt.Sprintf("%s[%d]", l.path, i)
 		if dc.Key == "" {
-			return nil, &domain.ConfigError{Field: at + ".key", Reason: "required"}
+			return l.descriptorError(strings.TrimPrefix(l.key+".(empty key)", "."), &domain.ConfigError{Field: at + ".key", Reason: "required"})
 		}
-		next, err := compileLevel(dc.Descriptors, at+".descriptors")
-		if err != nil {
-			return nil, err
+		final := dc.Key
+		if dc.Value != "" {
+			final += "_" + dc.Value
+		}
+		key := strings.TrimPrefix(l.key+"."+final, ".")
+		fail := func(err error) error { return l.descriptorError(key, err) }
+		if n.seen[final] {
+			field := at + ".key"
+			if dc.Value != "" {
+				field = at + ".value"
+			}
+			return fail(&domain.ConfigError{Field: field, Reason: "declared twice at this level", Err: ErrDuplicateDescriptor})
+		}
+		n.seen[final] = true
+		wild := strings.Contains(dc.Value, "*")
+		if dc.ShareThreshold && !wild {
+			return fail(&domain.ConfigError{Field: at + ".share_threshold", Reason: "only with a wildcard value (containing '*')"})
+		}
+		next := newNode()
+		next.shareThreshold, next.pattern = dc.ShareThreshold, dc.Value
+		if len(dc.Metadata) > 0 {
+			md, err := structpb.NewStruct(dc.Metadata)
+			if err != nil {
+				return fail(&domain.ConfigError{Field: at + ".metadata", Reason: "not a map of strings, numbers, booleans, lists and maps", Err: err})
+			}
+			next.metadata = md
 		}
 		if dc.RateLimit != nil {
-			if next.rule, err = compileRule(dc, at); err != nil {
-				return nil, err
+			r, err := l.compileRule(dc, at)
+			if err != nil {
+				return fail(err)
 			}
+			r.path = l.domain + "." + key
+			next.rule = r
+		} else if len(dc.Replaces) > 0 {
+			return fail(&domain.ConfigError{Field: at + ".replaces", Reason: "replaces belongs to a limit: this descriptor has no rate_limit"})
+		}
+		sub := level{domain: l.domain, path: at + ".descriptors", key: key, opts: l.opts}
+		if err := sub.compile(next, dc.Descriptors); err != nil {
+			return err
 		}
 		switch {
 		case dc.Value == "":
-			if n.any[dc.Key] != nil {
-				return nil, &domain.ConfigError{Field: at + ".key", Reason: "duplicate descriptor " + dc.Key}
-			}
 			n.any[dc.Key] = next
-		case strings.HasSuffix(dc.Value, "*"):
-			n.prefixes = append(n.prefixes, prefixNode{key: dc.Key, prefix: strings.TrimSuffix(dc.Value, "*"), next: next})
+		case wild:
+			n.wildcards = append(n.wildcards, wildcardNode{key: dc.Key, parts: strings.Split(dc.Value, "*"), next: next})
 		default:
-			k := dc.Key + "_" + dc.Value
-			if n.exact[k] != nil {
-				return nil, &domain.ConfigError{Field: at + ".value", Reason: "duplicate descriptor " + k}
-			}
-			n.exact[k] = next
+			n.exact[final] = next
 		}
 	}
-	return n, nil
+	return nil
 }
 
 // compileRule validates a descriptor's rate_limit.
-func compileRule(dc *DescriptorConfig, at string) (*rule, error) {
+func (l level) compileRule(dc *DescriptorConfig, at string) (*rule, error) {
 	rl := dc.RateLimit
-	at += ".rate_limit"
-	if rl.Unlimited {
-		return nil, &domain.ConfigError{Field: at + ".unlimited", Reason: "refused", Err: ErrUnlimited}
+	rat := at + ".rate_limit"
+	ru := &rule{name: rl.Name, shadow: dc.ShadowMode, quota: dc.QuotaMode}
+	// replaces, in either placement: under rate_limit
+	// (envoyproxy/ratelimit's) or beside it (sluice's first).
+	for _, rs := range []struct {
+		field string
+		list  []ReplaceConfig
+	}{{rat + ".replaces", rl.Replaces}, {at + ".replaces", dc.Replaces}} {
+		for j, rp := range rs.list {
+			f := fmt.Sprintf("%s[%d].name", rs.field, j)
+			switch {
+			case rp.Name == "":
+				return nil, &domain.ConfigError{Field: f, Reason: "required"}
+			case rp.Name == rl.Name:
+				return nil, &domain.ConfigError{Field: f, Reason: rp.Name, Err: ErrReplacesSelf}
+			}
+			ru.replaces = append(ru.replaces, rp.Name)
+		}
 	}
-	r, err := compileRate(&rl.RateConfig, at)
+	if rl.Unlimited {
+		switch {
+		case !l.opts.AcceptUnlimited:
+			return nil, &domain.ConfigError{Field: rat + ".unlimited", Reason: "refused", Err: ErrUnlimited}
+		case rl.Unit != "" || rl.RequestsPerUnit != 0 || rl.UnitMultiplier != 0 || rl.Algorithm != "":
+			return nil, &domain.ConfigError{Field: rat + ".unit", Reason: "an unlimited limit has no unit, requests_per_unit, unit_multiplier or algorithm"}
+		case len(ru.replaces) > 0:
+			return nil, &domain.ConfigError{Field: rat + ".replaces", Reason: "an unlimited limit that replaces another is an allow list, which sluice does not have", Err: ErrUnlimited}
+		}
+		ru.unlimited = true
+		ru.window.Name = sanitise(cmp.Or(rl.Name, dc.Key), 32)
+		return ru, nil
+	}
+	block := rl.RequestsPerUnit == 0
+	if block && !l.opts.AcceptUnlimited {
+		return nil, &domain.ConfigError{Field: rat + ".requests_per_unit", Reason: "0 (a block list) is refused", Err: ErrUnlimited}
+	}
+	rc := rl.RateConfig
+	if block {
+		rc.RequestsPerUnit = 1 // validates the unit; the rule never counts
+	}
+	r, err := compileRate(&rc, rat)
 	if err != nil {
 		return nil, err
 	}
 	alg := domain.SlidingLog
 	if rl.Algorithm != "" {
 		if alg, err = domain.ParseAlgorithm(rl.Algorithm); err != nil {
-			return nil, &domain.ConfigError{Field: at + ".algorithm", Reason: "sliding_log or gcra", Err: err}
+			return nil, &domain.ConfigError{Field: rat + ".algorithm", Reason: "sliding_log or gcra", Err: err}
 		}
 	}
 	// The window's name: the limit's own, else its descriptor's key, so
@@ -351,14 +612,11 @@ func compileRule(dc *DescriptorConfig, at string) (*rule, error) {
 	name := sanitise(cmp.Or(rl.Name, dc.Key), 32)
 	w := domain.Window{Name: name, Limit: r.limit, Period: r.period, Algorithm: alg}
 	if err := w.Validate(); err != nil {
-		return nil, &domain.ConfigError{Field: at + ".requests_per_unit", Reason: "no store can honour it", Err: err}
+		return nil, &domain.ConfigError{Field: rat + ".requests_per_unit", Reason: "no store can honour it", Err: err}
 	}
-	ru := &rule{name: rl.Name, window: w, unit: r.unit, mult: r.mult, shadow: dc.ShadowMode}
-	for j, rp := range dc.Replaces {
-		if rp.Name == "" {
-			return nil, &domain.ConfigError{Field: fmt.Sprintf("%s.replaces[%d].name", strings.TrimSuffix(at, ".rate_limit"), j), Reason: "required"}
-		}
-		ru.replaces = append(ru.replaces, rp.Name)
+	ru.window, ru.unit, ru.mult, ru.block = w, r.unit, r.mult, block
+	if block {
+		ru.window.Limit = 0
 	}
 	return ru, nil
 }
@@ -369,7 +627,7 @@ func compileRate(rc *RateConfig, at string) (rate, error) {
 	period, ok := units[u]
 	switch {
 	case !ok:
-		return rate{}, &domain.ConfigError{Field: at + ".unit", Reason: "second, minute, hour, day, week, month or year"}
+		return rate{}, &domain.ConfigError{Field: at + ".unit", Reason: fmt.Sprintf("%q is not second, minute, hour, day, week, month or year", rc.Unit)}
 	case rc.RequestsPerUnit < 1 || rc.RequestsPerUnit > domain.MaxLimit:
 		return rate{}, &domain.ConfigError{Field: at + ".requests_per_unit", Reason: fmt.Sprintf("1 to %d", domain.MaxLimit)}
 	case rc.UnitMultiplier < 0 || rc.UnitMultiplier > math.MaxUint32:
@@ -392,16 +650,55 @@ func sanitise(s string, n int) string {
 	return s
 }
 
-// match walks the tree with a request descriptor's entries and returns
-// the rule of the node it ends on, nil when it matches no limit.
-func (d *domainRules) match(keys, values []string) *rule {
+// wildcardMatch reports whether value matches a pattern split on '*':
+// each '*' matches any run of characters, the empty one included.
+func wildcardMatch(parts []string, value string) bool {
+	if len(parts) == 1 {
+		return parts[0] == value
+	}
+	first, last := parts[0], parts[len(parts)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
+}
+
+// matched is what a request descriptor's walk of the tree found.
+type matched struct {
+	rule *rule
+	// shared[i] is the wildcard pattern entry i counts as
+	// (share_threshold), "" for its own value.
+	shared   []string
+	metadata *structpb.Struct
+}
+
+// match walks the tree with a request descriptor's entries: exact key and
+// value, then the key's wildcard values in declared order, then the key
+// alone, as envoyproxy/ratelimit does. The rule is the last entry's
+// node's; nil when the walk stops short or ends on no limit.
+func (d *domainRules) match(keys, values []string) matched {
+	var m matched
 	n := d.root
 	for i, k := range keys {
 		next := n.exact[k+"_"+values[i]]
 		if next == nil {
-			for _, p := range n.prefixes {
-				if p.key == k && strings.HasPrefix(values[i], p.prefix) {
-					next = p.next
+			for _, w := range n.wildcards {
+				if w.key == k && wildcardMatch(w.parts, values[i]) {
+					next = w.next
+					if next.shareThreshold {
+						if m.shared == nil {
+							m.shared = make([]string, len(keys))
+						}
+						m.shared[i] = next.pattern
+					}
 					break
 				}
 			}
@@ -410,9 +707,60 @@ func (d *domainRules) match(keys, values []string) *rule {
 			next = n.any[k]
 		}
 		if next == nil {
-			return nil
+			return matched{}
 		}
 		n = next
 	}
-	return n.rule
+	m.rule, m.metadata = n.rule, n.metadata
+	return m
+}
+
+// Limit is the limit a request descriptor matches (Config.Lookup).
+type Limit struct {
+	// Path is the matched descriptor's composite key, as
+	// envoyproxy/ratelimit names it: "domain.key_value.subkey", a
+	// wildcard value as its pattern ("test-domain.wild_foo*").
+	Path string
+	// Name is the limit's configured name, "" when it has none.
+	Name string
+	// RequestsPerUnit, Unit (SECOND, MINUTE...) and UnitMultiplier are its
+	// rate; RequestsPerUnit is 0 for a block.
+	RequestsPerUnit int64
+	Unit            string
+	UnitMultiplier  uint32
+	// Unlimited and Block: the two limits AcceptUnlimited loads.
+	Unlimited, Block bool
+	// ShadowMode and QuotaMode are the descriptor's.
+	ShadowMode, QuotaMode bool
+	// Replaces are the names of the limits it replaces.
+	Replaces []string
+	// SharedAs[i] is the wildcard pattern entry i counts as under
+	// share_threshold, "" when it counts its own value; nil without any.
+	SharedAs []string
+	// Metadata is the descriptor's metadata, nil without.
+	Metadata *structpb.Struct
+}
+
+// Lookup returns the limit that entries (key, value pairs) match in the
+// domain, as ShouldRateLimit matches a request descriptor; false when the
+// domain is not configured or the descriptor matches no limit.
+func (c *Config) Lookup(domainName string, entries ...[2]string) (Limit, bool) {
+	d := c.domains[domainName]
+	if d == nil || len(entries) == 0 {
+		return Limit{}, false
+	}
+	keys, values := make([]string, len(entries)), make([]string, len(entries))
+	for i, e := range entries {
+		keys[i], values[i] = e[0], e[1]
+	}
+	m := d.match(keys, values)
+	if m.rule == nil {
+		return Limit{}, false
+	}
+	r := m.rule
+	return Limit{
+		Path: r.path, Name: r.name, RequestsPerUnit: r.window.Limit, Unit: r.unit, UnitMultiplier: r.mult,
+		Unlimited: r.unlimited, Block: r.block, ShadowMode: r.shadow, QuotaMode: r.quota,
+		Replaces: r.replaces, SharedAs: m.shared, Metadata: m.metadata,
+	}, true
 }

@@ -18,7 +18,20 @@ import (
 func TestLoadEnvoyproxyExamples(t *testing.T) {
 	cfg, err := envoyrls.LoadConfig("testdata/envoyproxy")
 	require.NoError(t, err)
-	assert.Equal(t, []string{"edge_proxy_per_path", "example5", "example6", "example7", "messaging", "mongo_cps"}, cfg.Domains())
+	assert.Equal(t, []string{"edge_proxy_per_path", "example10", "example10_wildcard", "example11", "example11_metrics",
+		"example5", "example6", "example7", "example8", "example9", "messaging", "mongo_cps"}, cfg.Domains())
+	// Example 9: a '*' anywhere in a value.
+	checkLookups(t, cfg, "example9", []lookupCase{
+		{kv("key1", "valueXYZ"), "example9.key1_value*", 20, "MINUTE"},
+		{kv("path", "/api/123/action"), "example9.path_/api/*/action", 20, "MINUTE"},
+		{kv("path", "/api/user-id/action"), "example9.path_/api/*/action", 20, "MINUTE"},
+		{kv("path", "/api/123/other"), "", 0, ""},
+		{kv("route", "/api/v1/resource/123/action"), "example9.route_/api/*/resource/*/action", 20, "MINUTE"},
+		{kv("route", "/api/v1/other/123/action"), "", 0, ""},
+	})
+	checkLookups(t, cfg, "example10_wildcard", []lookupCase{
+		{kv("user", "alice", "action", "readfile", "resource", "documents"), "example10_wildcard.user.action_read*.resource", 100, "MINUTE"},
+	})
 	cfg, err = envoyrls.LoadConfig("testdata/sluice/shared.yaml")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"shared"}, cfg.Domains())

@@ -38,9 +38,12 @@
 //
 // overall_code is OVER_LIMIT when the decision blocks; each descriptor's
 // status carries its current_limit, its own limit_remaining and
-// duration_until_reset; response_headers_to_add carries the IETF
-// RateLimit and RateLimit-Policy fields (domain.RateLimitFields), and
-// Retry-After on a refusal.
+// duration_until_reset, as envoyproxy/ratelimit answers: only the
+// descriptors that refused are OVER_LIMIT, with nothing left, and hits
+// that can never pass are refused with their whole period to reset.
+// response_headers_to_add carries the IETF RateLimit and RateLimit-Policy
+// fields (domain.RateLimitFields), and Retry-After on a refusal; Options
+// add the peer's limit headers and dynamic metadata (NewWithOptions).
 //
 // # hits_addend
 //
@@ -53,16 +56,31 @@
 // is_negative_hits (a refill) is answered OK and counts nothing: sluice
 // gives back only the units a reservation holds (docs/adr/012).
 //
-// # Overrides, shadow mode, replaces
+// # The format
+//
+// Every construct of envoyproxy/ratelimit's format is read: wildcard values
+// with '*' anywhere (foo*, bar*b, foo*bar*baz), share_threshold (every value
+// a wildcard matches counts in one window), replaces (under rate_limit, or
+// beside it), quota_mode, metadata, shadow_mode; detailed_metric and
+// value_to_metric change nothing, as sluice never puts a descriptor's value
+// in a metric label. LoadConfigWith's LoadOptions merge the files of one
+// domain (MERGE_DOMAIN_CONFIG) and accept unlimited: true and
+// requests_per_unit: 0 (AcceptUnlimited: a descriptor with no limit whose
+// replaces are refused, and a block); without it both are refused
+// (ErrUnlimited), as an allow list is. Every refusal is a *FileError naming
+// the file, the domain and the descriptor; Config.Lookup tells what a
+// descriptor matches.
+//
+// # Overrides, shadow mode, replaces, quotas
 //
 // A descriptor's limit override applies only when the domain
 // sets limit_override_ceiling, and never above it. A limit in
 // shadow_mode is decided and counted in a decision of its own that never
 // refuses (so it never changes what the enforced limits consume);
 // replaces drops the named limits from a request that matches the
-// replacing one; detailed_metric changes nothing, as sluice never puts a
-// descriptor's value in a metric label. unlimited: true is refused at
-// boot (ErrUnlimited): a limit that never limits is an allow list.
+// replacing one. A quota over its limit refuses the request only when
+// every quota of the request is; the others are counted, all or nothing
+// with the enforced descriptors.
 //
 // # When the store cannot answer
 //

@@ -43,7 +43,14 @@ type backend struct {
 func backends() []backend {
 	return []backend{
 		{"local", func(t testing.TB) ports.Store { return limitertest.Local(t) }},
-		{"redis", func(t testing.TB) ports.Store { return limitertest.Redis(t, redistest.StandaloneURL(t)) }},
+		{"redis", func(t testing.TB) ports.Store {
+			// The caller's (fake) clock, as on the cluster: timelines that
+			// advance it run on every store.
+			s, err := redis.New(redis.Config{URL: redistest.StandaloneURL(t), Mode: redis.ModeStandalone, Timeout: limitertest.StoreTimeout, Time: redis.CallerTime})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		}},
 		{"cluster", func(t testing.TB) ports.Store {
 			s, err := redis.New(redis.Config{Addrs: redistest.Cluster(t), Mode: redis.ModeCluster, Timeout: limitertest.StoreTimeout, Time: redis.CallerTime})
 			require.NoError(t, err)
@@ -97,18 +104,44 @@ func newRigRecorder(t testing.TB, primary ports.Store, edit func(*app.Config), r
 	}
 	cfg, err := envoyrls.ParseConfig(docs...)
 	require.NoError(t, err)
+	r := &rig{clock: clock, lim: lim, secret: secret}
+	r.rec, _ = rec.(*recordertest.Memory)
+	r.serve(t, envoyrls.New(lim, cfg))
+	return r
+}
 
+// newPeerRig serves the configuration under path (loaded with lo) with
+// the service's options so, on primary.
+func newPeerRig(t testing.TB, primary ports.Store, path string, lo envoyrls.LoadOptions, so envoyrls.Options) *rig {
+	t.Helper()
+	secret := make([]byte, 32)
+	_, err := rand.Read(secret)
+	require.NoError(t, err)
+	clock := fakeclock.New(t0)
+	lim, err := app.New(app.Config{HMACSecret: app.Secret(hex.EncodeToString(secret)), StoreTimeout: limitertest.StoreTimeout},
+		app.Deps{Store: primary, Fallback: limitertest.Local(t), Clock: clock, Recorder: &recordertest.Memory{}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = lim.Close() })
+	cfg, err := envoyrls.LoadConfigWith(path, lo)
+	require.NoError(t, err)
+	r := &rig{clock: clock, lim: lim, secret: secret}
+	r.serve(t, envoyrls.NewWithOptions(lim, cfg, so))
+	return r
+}
+
+// serve serves svc on a loopback port and connects r's client.
+func (r *rig) serve(t testing.TB, svc rlsv3.RateLimitServiceServer) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	srv := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(srv, envoyrls.New(lim, cfg))
+	rlsv3.RegisterRateLimitServiceServer(srv, svc)
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	mem, _ := rec.(*recordertest.Memory)
-	return &rig{client: rlsv3.NewRateLimitServiceClient(conn), clock: clock, rec: mem, lim: lim, secret: secret}
+	r.client = rlsv3.NewRateLimitServiceClient(conn)
 }
 
 // desc builds a descriptor from key, value pairs.

@@ -1,10 +1,13 @@
 package envoyrls
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"math"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,7 +18,9 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/domain"
@@ -31,18 +36,60 @@ type Evaluator interface {
 
 var _ Evaluator = (*app.Limiter)(nil)
 
+// Options are the service's optional answers, envoyproxy/ratelimit's
+// settings of the same names.
+type Options struct {
+	// LimitHeaders adds envoyproxy/ratelimit's rate-limit response headers
+	// (its LIMIT_RESPONSE_HEADERS_ENABLED) to response_headers_to_add: the
+	// limit, the remaining and the seconds to reset of the descriptor
+	// closest to its limit, or of the one over it. Beside them sluice
+	// always sends the IETF RateLimit-Policy and RateLimit fields.
+	LimitHeaders bool
+	// LimitHeader, RemainingHeader and ResetHeader name them; empty:
+	// envoyproxy/ratelimit's defaults, RateLimit-Limit, RateLimit-Remaining
+	// and RateLimit-Reset (its LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER,
+	// LIMIT_RESET_HEADER).
+	LimitHeader, RemainingHeader, ResetHeader string
+	// DynamicMetadata sets the response's dynamic_metadata as
+	// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does: the domain,
+	// the request's descriptors (their entries "key=value", limit override
+	// and hits_addend), the request's hits_addend, and under "metadata" the
+	// configured metadata of every limited descriptor answered OK, merged.
+	// The entries are the request's own values, returned to the Envoy that
+	// sent them; sluice puts none in a key, a label or a log.
+	DynamicMetadata bool
+}
+
 // Service is envoy.service.ratelimit.v3.RateLimitService on a Limiter. It
 // is safe for simultaneous use.
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	lim Evaluator
-	cfg *Config
+	lim  Evaluator
+	cfg  *Config
+	opts Options
+	// globalShadow: the Limiter's Config.ShadowMode, which a refusal
+	// decided without it (a descriptor that can never pass) honours too.
+	globalShadow bool
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
 
-// New returns the service deciding with lim under cfg.
-func New(lim Evaluator, cfg *Config) *Service { return &Service{lim: lim, cfg: cfg} }
+// New returns the service deciding with lim under cfg, without the
+// optional answers.
+func New(lim Evaluator, cfg *Config) *Service { return NewWithOptions(lim, cfg, Options{}) }
+
+// NewWithOptions returns the service deciding with lim under cfg, with
+// the optional answers o asks for.
+func NewWithOptions(lim Evaluator, cfg *Config, o Options) *Service {
+	o.LimitHeader = cmp.Or(o.LimitHeader, "RateLimit-Limit")
+	o.RemainingHeader = cmp.Or(o.RemainingHeader, "RateLimit-Remaining")
+	o.ResetHeader = cmp.Or(o.ResetHeader, "RateLimit-Reset")
+	s := &Service{lim: lim, cfg: cfg, opts: o}
+	if c, ok := lim.(interface{ Config() app.Config }); ok {
+		s.globalShadow = c.Config().ShadowMode
+	}
+	return s
+}
 
 // planned is one request descriptor, matched.
 type planned struct {
@@ -55,25 +102,34 @@ type planned struct {
 	scope  string
 	cost   int64
 	shadow bool
+	quota  bool
 	// check marks a descriptor whose hits_addend is 0: a check that
 	// consumes nothing, refused when one more hit would be (cost is 1).
 	check bool
+	// unlimited: answered OK with no limit. never: a block, or a cost
+	// above the whole limit: it can never pass, and is decided without
+	// the store.
+	unlimited, never bool
+	metadata         *structpb.Struct
 	// index is the descriptor's place in the request and its status'.
 	index int
-	// slot is the descriptor's window in its kind's counted decision
-	// (enforced or shadow; -1 for a check), checkSlot in its check;
-	// several descriptors with one subject, scope and window share one.
+	// slot is the descriptor's window in the counted decision, checkSlot
+	// in the check (-1: not in it); several descriptors with one subject,
+	// scope and window share one.
 	slot, checkSlot int
 }
 
 // ShouldRateLimit decides every limited descriptor of req in one
 // all-or-nothing decision (docs/adr/011): a refusal consumes nothing on
-// any descriptor. Descriptors whose hits_addend is 0 are checks: the
-// request's windows are checked first, consuming nothing, and a refused
-// check refuses the request before anything is counted. Descriptors in
-// shadow mode are decided apart, in decisions that never refuse. A request
-// with no domain or no descriptor is InvalidArgument; a decision that
-// could not be recorded is Internal (observability fails closed).
+// any descriptor. Descriptors whose hits_addend is 0 are checks, and
+// quota descriptors are checked too: the request's windows are checked
+// first, consuming nothing; a refused check, or every quota refused,
+// refuses the request before anything is counted. A descriptor that can
+// never pass (requests_per_unit 0, hits above its whole limit) refuses the
+// request without counting anything. Descriptors in shadow mode are decided
+// apart, in decisions that never refuse. A request with no domain or no
+// descriptor is InvalidArgument; a decision that could not be recorded is
+// Internal (observability fails closed).
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if req.GetDomain() == "" || len(req.GetDescriptors()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "domain and at least one descriptor are required")
@@ -84,62 +140,141 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	}
 	d := s.cfg.domains[req.Domain]
 	if d == nil {
+		s.optional(resp, req, nil)
 		return resp, nil // nothing configured: nothing limited
 	}
 	plans, scope := d.plan(req)
+	for _, p := range plans {
+		if p != nil && p.unlimited {
+			// envoyproxy/ratelimit's answer to an unlimited descriptor.
+			resp.Statuses[p.index].LimitRemaining = math.MaxUint32
+		}
+	}
 	for _, shadow := range []bool{false, true} {
 		if err := s.decide(ctx, resp, d, plans, scope, shadow); err != nil {
 			return nil, err
 		}
 	}
+	s.optional(resp, req, plans)
 	return resp, nil
 }
 
 // decide decides the plans in shadow mode or not, and writes their
-// statuses. Without checks it is one EvaluateWindows. With checks, one
-// CheckWindows of every window (the checks at one hit, the counted at
-// their cost) comes first: when it refuses, or lets the request through
-// degraded (bypass counts no descriptor), it is the answer; otherwise the
-// counted descriptors are decided by EvaluateWindows. A check can go stale
+// statuses. Without checks, quotas or a descriptor that can never pass it
+// is one EvaluateWindows. Otherwise one CheckWindows of every window (the
+// checks at one hit, the others at their cost) comes first, consuming
+// nothing: when a descriptor that is not a quota is refused there, or can
+// never pass, or every quota is refused, or the decision lets the request
+// through degraded (bypass counts no descriptor), it is the answer;
+// otherwise the counted descriptors and the quotas the check admitted are
+// decided by EvaluateWindows, all or nothing. A check can go stale
 // between the two calls (another request may spend the checked window),
-// never a counted window: those are decided exactly, all or nothing.
+// never a counted window: those are decided exactly.
 func (s *Service) decide(ctx context.Context, resp *rlsv3.RateLimitResponse, d *domainRules, plans []*planned, scope string, shadow bool) error {
-	counted := app.WindowsRequest{RouteKey: d.routeKey, Action: d.action, Scope: scope, Shadow: shadow}
-	checked := counted
-	var mine, checks, rest []*planned
+	var mine, never []*planned
+	needCheck := false
 	for _, p := range plans {
-		if p == nil || p.shadow != shadow {
+		if p == nil || p.unlimited || p.shadow != shadow {
+			continue
+		}
+		p.slot, p.checkSlot = -1, -1
+		if p.never {
+			never = append(never, p)
 			continue
 		}
 		mine = append(mine, p)
-		if p.check {
-			checks = append(checks, p)
-		} else {
-			rest = append(rest, p)
-			p.slot, p.checkSlot = addWindow(&counted, p), addWindow(&checked, p)
+		needCheck = needCheck || p.check || p.quota
+	}
+	if len(never) > 0 {
+		needCheck = true
+		for _, p := range never {
+			s.neverPasses(resp.Statuses[p.index], p, shadow || s.globalShadow)
 		}
 	}
+	base := app.WindowsRequest{RouteKey: d.routeKey, Action: d.action, Scope: scope, Shadow: shadow}
+	if !needCheck {
+		return s.count(ctx, resp, base, mine, shadow)
+	}
+	refusedNever := len(never) > 0 && !shadow && !s.globalShadow
+	checked := base
 	// The checks go in last, so each knows the cost counted on its key.
-	for _, p := range checks {
-		p.slot, p.checkSlot = -1, addWindow(&checked, p)
+	for _, p := range mine {
+		if !p.check {
+			p.checkSlot = addWindow(&checked, p)
+		}
 	}
-	bySlot := func(p *planned) int { return p.slot }
-	if len(checks) > 0 {
-		if len(checked.Windows) > domain.MaxLimits {
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			return nil
+	for _, p := range mine {
+		if p.check {
+			p.checkSlot = addWindow(&checked, p)
 		}
-		dec, err := s.lim.CheckWindows(ctx, checked)
-		if err != nil {
-			return status.Error(codes.Internal, "decision not recorded")
+	}
+	if len(checked.Windows) == 0 {
+		if refusedNever {
+			s.refuse(resp, never)
 		}
-		byCheck := func(p *planned) int { return p.checkSlot }
-		if len(rest) == 0 || dec.Blocks() || dec.State == domain.BypassDegraded {
-			s.answer(resp, &dec, mine, byCheck, shadow, true)
-			return nil
+		return nil
+	}
+	if len(checked.Windows) > domain.MaxLimits {
+		// More limited descriptors than one decision holds: refused
+		// whole rather than decided in parts.
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		return nil
+	}
+	dec, err := s.lim.CheckWindows(ctx, checked)
+	if err != nil {
+		return status.Error(codes.Internal, "decision not recorded")
+	}
+	byCheck := func(p *planned) int { return p.checkSlot }
+	wins := dec.Windows.All()
+	perWindow := len(wins) == len(checked.Windows) && dec.State != domain.BypassDegraded &&
+		dec.State != domain.DeniedDegraded && dec.State != domain.RejectedInvalidContext
+	allowed := func(p *planned) bool { return perWindow && wins[p.checkSlot].Allowed }
+	refused, quotas, quotasRefused := false, 0, 0
+	var rest, answered []*planned
+	for _, p := range mine {
+		switch {
+		case p.quota:
+			quotas++
+			switch {
+			case !allowed(p):
+				quotasRefused++
+				answered = append(answered, p)
+			case p.check:
+				answered = append(answered, p)
+			default:
+				rest = append(rest, p)
+			}
+		case !allowed(p):
+			refused = true
+			answered = append(answered, p)
+		case p.check:
+			answered = append(answered, p)
+		default:
+			rest = append(rest, p)
 		}
-		// The checks' statuses; the fields come from the decision below.
-		s.answer(resp, &dec, checks, byCheck, shadow, false)
+	}
+	refused = refused || (quotas > 0 && quotas == quotasRefused)
+	if !perWindow {
+		// Degraded, or rejected whole: the decision's own answer.
+		refused = dec.Blocks()
+	}
+	refused = refused || refusedNever
+	if !perWindow || refused || len(rest) == 0 {
+		// The check is the answer: nothing is counted.
+		s.statuses(resp, &dec, mine, byCheck, shadow)
+		s.conclude(resp, &dec, refused && !shadow && !dec.Shadow, shadow, never)
+		return nil
+	}
+	// The checks' and the refused quotas' statuses; the request's fields
+	// come from the decision below.
+	s.statuses(resp, &dec, answered, byCheck, shadow)
+	return s.count(ctx, resp, base, rest, shadow)
+}
+
+// count decides plans in one EvaluateWindows and answers.
+func (s *Service) count(ctx context.Context, resp *rlsv3.RateLimitResponse, counted app.WindowsRequest, plans []*planned, shadow bool) error {
+	for _, p := range plans {
+		p.slot = addWindow(&counted, p)
 	}
 	if len(counted.Windows) == 0 {
 		return nil
@@ -154,9 +289,41 @@ func (s *Service) decide(ctx context.Context, resp *rlsv3.RateLimitResponse, d *
 	if err != nil {
 		return status.Error(codes.Internal, "decision not recorded")
 	}
-	s.answer(resp, &dec, rest, bySlot, shadow, true)
+	s.statuses(resp, &dec, plans, func(p *planned) int { return p.slot }, shadow)
+	s.conclude(resp, &dec, dec.Blocks(), shadow, nil)
 	return nil
 }
+
+// neverPasses answers a descriptor that can never pass: OVER_LIMIT (OK in
+// shadow mode), nothing left, and a reset of its whole period, as no
+// retry within it can pass.
+func (s *Service) neverPasses(st *rlsv3.RateLimitResponse_DescriptorStatus, p *planned, shadow bool) {
+	st.CurrentLimit = currentLimit(p)
+	st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+	if shadow {
+		st.Code = rlsv3.RateLimitResponse_OK
+	}
+	st.LimitRemaining = 0
+	st.DurationUntilReset = durationpb.New(p.window.Period)
+}
+
+// refuse answers a request refused by descriptors that can never pass
+// alone: OVER_LIMIT, Retry-After their longest period.
+func (s *Service) refuse(resp *rlsv3.RateLimitResponse, never []*planned) {
+	resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+		header("Retry-After", strconv.FormatInt(ceilSeconds(longest(never)), 10)))
+}
+
+func longest(ps []*planned) time.Duration {
+	var l time.Duration
+	for _, p := range ps {
+		l = max(l, p.window.Period)
+	}
+	return l
+}
+
+func ceilSeconds(d time.Duration) int64 { return max(int64((d+time.Second-1)/time.Second), 1) }
 
 // addWindow adds p's window to wr, merging a descriptor whose subject,
 // scope and window are already there, and returns its index. Merged hits add up
@@ -195,12 +362,12 @@ func (d *domainRules) plan(req *rlsv3.RateLimitRequest) ([]*planned, string) {
 	scope := ""
 	replaced := map[string]bool{}
 	for i, desc := range req.Descriptors {
-		keys, values := entries(desc)
-		own, tagged := d.tagOf(keys, values)
+		keys, values, norm := entries(desc)
+		own, tagged := d.tagOf(keys, norm)
 		if scope == "" && tagged {
 			scope = own
 		}
-		p := d.planOne(desc, keys, values, req.GetHitsAddend())
+		p := d.planOne(desc, keys, values, norm, req.GetHitsAddend())
 		if p == nil {
 			continue
 		}
@@ -249,7 +416,10 @@ func (d *domainRules) tagOf(keys, values []string) (string, bool) {
 // (a uint32 in the API: a negative count cannot arrive). A descriptor's 0
 // is a check (docs/adr/011). is_negative_hits asks for a refill, which
 // sluice does not apply: the descriptor is answered OK and counts nothing.
-func (d *domainRules) planOne(desc *rlcommon.RateLimitDescriptor, keys, values []string, requestHits uint32) *planned {
+// The entries match the tree with their values as sent (values), and
+// count with their ip values grouped (norm), a share_threshold entry as
+// its wildcard pattern.
+func (d *domainRules) planOne(desc *rlcommon.RateLimitDescriptor, keys, values, norm []string, requestHits uint32) *planned {
 	cost := int64(max(requestHits, 1))
 	if h := desc.GetHitsAddend(); h != nil {
 		cost = int64(min(h.GetValue(), domain.MaxLimit+1))
@@ -258,22 +428,42 @@ func (d *domainRules) planOne(desc *rlcommon.RateLimitDescriptor, keys, values [
 		// A descriptor without entries names nothing.
 		return nil
 	}
-	r := d.match(keys, values)
-	p := &planned{rule: r, cost: cost, subject: subject(keys, values)}
+	m := d.match(keys, values)
+	if m.shared != nil {
+		norm = slices.Clone(norm)
+		for i, pat := range m.shared {
+			if pat != "" {
+				// Never a request value: those are header values, without NUL.
+				norm[i] = "\x00" + pat
+			}
+		}
+	}
+	r := m.rule
+	p := &planned{rule: r, cost: cost, subject: subject(keys, norm), metadata: m.metadata}
 	if cost == 0 {
 		// A check asks whether one more hit would pass.
 		p.cost, p.check = 1, true
 	}
 	if r != nil {
-		p.window, p.unit, p.mult, p.shadow = r.window, r.unit, r.mult, r.shadow
+		p.window, p.unit, p.mult, p.shadow, p.quota = r.window, r.unit, r.mult, r.shadow, r.quota
+		p.unlimited, p.never = r.unlimited, r.block
 	}
-	if o := desc.GetLimit(); o != nil && d.ceiling != nil {
+	if o := desc.GetLimit(); o != nil && d.ceiling != nil && (r == nil || !r.block) {
+		// A request never lifts a block; it may limit an unlimited
+		// descriptor, within the ceiling.
 		if w, unit, mult, ok := d.override(o, r); ok {
-			p.window, p.unit, p.mult = w, unit, mult
+			p.window, p.unit, p.mult, p.unlimited = w, unit, mult, false
 		}
 	}
-	if p.window.Limit == 0 {
+	if p.unlimited {
+		return p
+	}
+	if p.window.Limit == 0 && !p.never {
 		return nil
+	}
+	if p.cost > p.window.Limit {
+		// More hits than the whole limit: no wait lets them pass.
+		p.never = true
 	}
 	return p
 }
@@ -309,19 +499,25 @@ func (d *domainRules) override(o *rlcommon.RateLimitDescriptor_RateLimitOverride
 	return w, unit, mult, true
 }
 
-// entries returns a descriptor's keys and values, an ip value normalised
-// as sluice's ip dimension is (IPv6 grouped by /64).
-func entries(desc *rlcommon.RateLimitDescriptor) (keys, values []string) {
-	for _, e := range desc.GetEntries() {
-		v := e.GetValue()
-		if a, err := netip.ParseAddr(v); err == nil {
-			if n, err := domain.NormaliseIP(a); err == nil {
-				v = n
+// entries returns a descriptor's keys, its values as sent, and its
+// values with an ip value normalised as sluice's ip dimension is (IPv6
+// grouped by /64): the same slice as values when no value changed.
+func entries(desc *rlcommon.RateLimitDescriptor) (keys, values, norm []string) {
+	es := desc.GetEntries()
+	keys, values = make([]string, len(es)), make([]string, len(es))
+	norm = values
+	for i, e := range es {
+		keys[i], values[i] = e.GetKey(), e.GetValue()
+		if a, err := netip.ParseAddr(values[i]); err == nil {
+			if g, err := domain.NormaliseIP(a); err == nil && g != values[i] {
+				if &norm[0] == &values[0] {
+					norm = slices.Clone(values)
+				}
+				norm[i] = g
 			}
 		}
-		keys, values = append(keys, e.GetKey()), append(values, v)
 	}
-	return keys, values
+	return keys, values, norm
 }
 
 // subject is what a descriptor counts: its entries, length-prefixed so no
@@ -349,29 +545,28 @@ func bounded(s string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// answer writes one decision into the response: the statuses of plans,
-// each read at its slot in the decision, the overall code and, with
-// headers, the rate-limit fields. A shadow decision never refuses.
-func (s *Service) answer(resp *rlsv3.RateLimitResponse, dec *domain.Decision, plans []*planned, slot func(*planned) int, shadow, headers bool) {
+// statuses writes plans' statuses from a decision, each read at its slot:
+// OVER_LIMIT on the windows that refused, with nothing left, as
+// envoyproxy/ratelimit answers; each window's own remaining and reset
+// otherwise. A shadow decision never refuses.
+func (s *Service) statuses(resp *rlsv3.RateLimitResponse, dec *domain.Decision, plans []*planned, slot func(*planned) int, shadow bool) {
 	checks := dec.Windows.All()
 	// A bypass decision counted the degraded cap, not the descriptors.
 	perWindow := dec.State != domain.BypassDegraded
 	for _, p := range plans {
 		st := resp.Statuses[p.index]
-		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
-			Name: ruleName(p), RequestsPerUnit: uint32(p.window.Limit),
-			Unit: rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[p.unit]),
-		}
+		st.CurrentLimit = currentLimit(p)
 		switch i := slot(p); {
 		case dec.State == domain.DeniedDegraded || dec.State == domain.RejectedInvalidContext:
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			st.DurationUntilReset = durationpb.New(max(dec.RetryAfter, domain.DeniedRetryAfter))
 		case perWindow && i >= 0 && i < len(checks):
 			c := checks[i]
+			st.LimitRemaining = uint32(min(max(c.Remaining, 0), int64(^uint32(0))))
 			if !c.Allowed {
 				st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+				st.LimitRemaining = 0
 			}
-			st.LimitRemaining = uint32(min(max(c.Remaining, 0), int64(^uint32(0))))
 			st.DurationUntilReset = durationpb.New(max(c.ResetAfter, c.RetryAfter))
 		}
 		if shadow || dec.Shadow {
@@ -379,19 +574,131 @@ func (s *Service) answer(resp *rlsv3.RateLimitResponse, dec *domain.Decision, pl
 			st.Code = rlsv3.RateLimitResponse_OK
 		}
 	}
-	if dec.Blocks() {
+}
+
+// conclude writes a decision's request-wide answer: the overall code and,
+// outside shadow mode, the IETF rate-limit fields and Retry-After on a
+// refusal (the longest period of never, descriptors that can never pass,
+// when that is later).
+func (s *Service) conclude(resp *rlsv3.RateLimitResponse, dec *domain.Decision, refused, shadow bool, never []*planned) {
+	if refused {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	if shadow || !headers {
+	if shadow {
 		return
 	}
 	if f, ok := dec.RateLimitFields(); ok {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
 			header("RateLimit-Policy", f.Policy), header("RateLimit", f.RateLimit))
 	}
-	if dec.Blocks() {
+	if refused {
+		after := dec.RetryAfterSeconds()
+		if len(never) > 0 {
+			after = max(after, ceilSeconds(longest(never)))
+		}
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-			header("Retry-After", strconv.FormatInt(dec.RetryAfterSeconds(), 10)))
+			header("Retry-After", strconv.FormatInt(after, 10)))
+	}
+}
+
+func currentLimit(p *planned) *rlsv3.RateLimitResponse_RateLimit {
+	return &rlsv3.RateLimitResponse_RateLimit{
+		Name: ruleName(p), RequestsPerUnit: uint32(p.window.Limit),
+		Unit: rlsv3.RateLimitResponse_RateLimit_Unit(rlsv3.RateLimitResponse_RateLimit_Unit_value[p.unit]),
+	}
+}
+
+// optional adds the answers Options asks for: envoyproxy/ratelimit's
+// rate-limit headers and dynamic metadata.
+func (s *Service) optional(resp *rlsv3.RateLimitResponse, req *rlsv3.RateLimitRequest, plans []*planned) {
+	if s.opts.LimitHeaders {
+		// The descriptor closest to its limit, or the last one over it
+		// (not a quota), as envoyproxy/ratelimit picks it.
+		var pick *rlsv3.RateLimitResponse_DescriptorStatus
+		least := uint32(math.MaxUint32)
+		for i, st := range resp.Statuses {
+			if st.CurrentLimit == nil {
+				continue
+			}
+			if st.Code == rlsv3.RateLimitResponse_OVER_LIMIT && (plans == nil || plans[i] == nil || !plans[i].quota) {
+				pick, least = st, 0
+				continue
+			}
+			if st.LimitRemaining < least {
+				pick, least = st, st.LimitRemaining
+			}
+		}
+		if pick != nil {
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+				header(s.opts.LimitHeader, strconv.FormatUint(uint64(pick.CurrentLimit.RequestsPerUnit), 10)),
+				header(s.opts.RemainingHeader, strconv.FormatUint(uint64(pick.LimitRemaining), 10)),
+				header(s.opts.ResetHeader, strconv.FormatInt(resetSeconds(pick.DurationUntilReset), 10)))
+		}
+	}
+	if s.opts.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, resp, plans)
+	}
+}
+
+// resetSeconds is a status' duration_until_reset in whole seconds, rounded
+// up: a client told to come back then finds the window reset.
+func resetSeconds(d *durationpb.Duration) int64 {
+	if d == nil {
+		return 0
+	}
+	return ceilSeconds(d.AsDuration())
+}
+
+// dynamicMetadata is envoyproxy/ratelimit's: the domain, the request's
+// descriptors, its hits_addend, and the metadata of the limited
+// descriptors answered OK, merged.
+func dynamicMetadata(req *rlsv3.RateLimitRequest, resp *rlsv3.RateLimitResponse, plans []*planned) *structpb.Struct {
+	fields := map[string]*structpb.Value{"domain": structpb.NewStringValue(req.GetDomain())}
+	list := make([]*structpb.Value, 0, len(req.GetDescriptors()))
+	for _, d := range req.GetDescriptors() {
+		if d == nil {
+			continue
+		}
+		es := make([]*structpb.Value, 0, len(d.GetEntries()))
+		for _, e := range d.GetEntries() {
+			es = append(es, structpb.NewStringValue(e.GetKey()+"="+e.GetValue()))
+		}
+		df := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: es})}
+		if d.GetLimit() != nil {
+			df["limit"] = structpb.NewStringValue(d.GetLimit().String())
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			df["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
+		}
+		list = append(list, structpb.NewStructValue(&structpb.Struct{Fields: df}))
+	}
+	fields["descriptors"] = structpb.NewListValue(&structpb.ListValue{Values: list})
+	if h := req.GetHitsAddend(); h != 0 {
+		fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
+	}
+	merged := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for i, p := range plans {
+		if p != nil && !p.unlimited && p.metadata != nil && resp.Statuses[i].Code == rlsv3.RateLimitResponse_OK {
+			mergeStruct(merged, p.metadata)
+		}
+	}
+	if len(merged.Fields) > 0 {
+		fields["metadata"] = structpb.NewStructValue(merged)
+	}
+	return &structpb.Struct{Fields: fields}
+}
+
+// mergeStruct merges src into dst: maps present in both merge, any other
+// key already in dst stays.
+func mergeStruct(dst, src *structpb.Struct) {
+	for k, v := range src.GetFields() {
+		have, ok := dst.Fields[k]
+		switch {
+		case !ok:
+			dst.Fields[k] = proto.Clone(v).(*structpb.Value)
+		case have.GetStructValue() != nil && v.GetStructValue() != nil:
+			mergeStruct(have.GetStructValue(), v.GetStructValue())
+		}
 	}
 }
 

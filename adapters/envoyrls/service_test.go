@@ -109,7 +109,7 @@ func TestHitsAddend(t *testing.T) {
 				{"request hits", 3, nil, ok, 7},
 				{"descriptor hits win", 3, wrapperspb.UInt64(5), ok, 2},
 				{"a check counts nothing", 3, wrapperspb.UInt64(0), ok, 2},
-				{"over what is left", 3, nil, over, 2},
+				{"over what is left: OVER_LIMIT carries 0, as envoyproxy/ratelimit answers", 3, nil, over, 0},
 				{"what is left", 2, nil, ok, 0},
 				{"a check of a spent window is refused", 0, wrapperspb.UInt64(0), over, 0},
 				{"request hits 0 count 1", 0, nil, over, 0},
@@ -121,8 +121,9 @@ func TestHitsAddend(t *testing.T) {
 				require.Equal(t, s.code, resp.OverallCode, s.name)
 				require.NotNil(t, resp.Statuses[0].CurrentLimit, s.name)
 				assert.Equal(t, uint32(10), resp.Statuses[0].CurrentLimit.RequestsPerUnit, s.name)
-				if s.name != "above the limit" {
-					assert.Equal(t, s.remaining, resp.Statuses[0].LimitRemaining, s.name)
+				assert.Equal(t, s.remaining, resp.Statuses[0].LimitRemaining, s.name)
+				if s.name == "above the limit" {
+					assert.Equal(t, time.Minute, resp.Statuses[0].DurationUntilReset.AsDuration(), "it can never pass: the whole period")
 				}
 			}
 		})

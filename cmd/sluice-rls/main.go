@@ -17,6 +17,19 @@
 //	-metrics-addr  HTTP GET /metrics, Prometheus (default :9090)
 //	-dev           a throw-away HMAC secret when RATE_LIMIT_HMAC_SECRET is
 //	               unset (counters start afresh at every start)
+//	-accept-unlimited           load unlimited: true and requests_per_unit: 0
+//	                            (refused otherwise: docs/adr/011)
+//	-merge-domain-config        merge the files of one domain
+//	-limit-response-headers     envoyproxy/ratelimit's limit headers
+//	-limit-{limit,remaining,reset}-header  their names
+//	-response-dynamic-metadata  the response's dynamic_metadata
+//
+// envoyproxy/ratelimit's environment variables give these flags their
+// defaults (RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY for
+// -config, GRPC_HOST/GRPC_PORT, HOST/PORT, PROMETHEUS_ADDR,
+// MERGE_DOMAIN_CONFIG, LIMIT_RESPONSE_HEADERS_ENABLED, LIMIT_*_HEADER,
+// RESPONSE_DYNAMIC_METADATA), and SHADOW_MODE turns global shadow mode on;
+// the README maps every one of its settings.
 //
 // Environment: REDIS_URL (a redis:// URL of a standalone server or of
 // any node of a Redis Cluster; without it the embedded local store, one

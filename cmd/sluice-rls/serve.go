@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -9,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -37,6 +40,56 @@ type options struct {
 	config, sluiceConfig              string
 	grpcAddr, healthAddr, metricsAddr string
 	dev                               bool
+	load                              envoyrls.LoadOptions
+	service                           envoyrls.Options
+}
+
+// peerEnv reads envoyproxy/ratelimit's environment variables that
+// sluice-rls honours, as the defaults of the flags that stand for them
+// (README, "sluice-rls"): a deployment of that service keeps its
+// environment. Its path variables (RUNTIME_ROOT, RUNTIME_SUBDIRECTORY,
+// RUNTIME_APPDIRECTORY) give -config's default.
+type peerEnv struct {
+	config                            string
+	grpcAddr, healthAddr, metricsAddr string
+	merge, headers, metadata          bool
+	limitH, remainingH, resetH        string
+}
+
+func readPeerEnv() (peerEnv, error) {
+	e := peerEnv{
+		grpcAddr:    fmt.Sprintf(":%d", DefaultGRPCPort),
+		healthAddr:  fmt.Sprintf(":%d", DefaultHealthPort),
+		metricsAddr: fmt.Sprintf(":%d", DefaultMetricsPort),
+		limitH:      os.Getenv("LIMIT_LIMIT_HEADER"),
+		remainingH:  os.Getenv("LIMIT_REMAINING_HEADER"),
+		resetH:      os.Getenv("LIMIT_RESET_HEADER"),
+	}
+	if root := os.Getenv("RUNTIME_ROOT"); root != "" {
+		e.config = filepath.Join(root, os.Getenv("RUNTIME_SUBDIRECTORY"), cmp.Or(os.Getenv("RUNTIME_APPDIRECTORY"), "config"))
+	}
+	if p := os.Getenv("GRPC_PORT"); p != "" {
+		e.grpcAddr = net.JoinHostPort(os.Getenv("GRPC_HOST"), p)
+	}
+	if p := os.Getenv("PORT"); p != "" {
+		e.healthAddr = net.JoinHostPort(os.Getenv("HOST"), p)
+	}
+	if a := os.Getenv("PROMETHEUS_ADDR"); a != "" {
+		e.metricsAddr = a
+	}
+	for _, b := range []struct {
+		name string
+		to   *bool
+	}{{"MERGE_DOMAIN_CONFIG", &e.merge}, {"LIMIT_RESPONSE_HEADERS_ENABLED", &e.headers}, {"RESPONSE_DYNAMIC_METADATA", &e.metadata}} {
+		if v := os.Getenv(b.name); v != "" {
+			on, err := strconv.ParseBool(v)
+			if err != nil {
+				return e, fmt.Errorf("%s=%q: true or false", b.name, v)
+			}
+			*b.to = on
+		}
+	}
+	return e, nil
 }
 
 // addrs are the bound addresses.
@@ -44,19 +97,30 @@ type addrs struct{ grpc, health, metrics string }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
 	var o options
+	env, err := readPeerEnv()
+	if err != nil {
+		return o, err
+	}
 	fs := flag.NewFlagSet("sluice-rls", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.config, "config", "", "envoyproxy/ratelimit YAML: a file or a directory of *.yaml files (required)")
+	fs.StringVar(&o.config, "config", env.config, "envoyproxy/ratelimit YAML: a file or a directory of *.yaml files (required; default $RUNTIME_ROOT/$RUNTIME_SUBDIRECTORY/$RUNTIME_APPDIRECTORY)")
 	fs.StringVar(&o.sluiceConfig, "sluice-config", "", "sluice's own YAML (store_timeout, probe_interval, shadow_mode...); optional")
-	fs.StringVar(&o.grpcAddr, "grpc-addr", fmt.Sprintf(":%d", DefaultGRPCPort), "RateLimitService and grpc.health.v1.Health listen address")
-	fs.StringVar(&o.healthAddr, "health-addr", fmt.Sprintf(":%d", DefaultHealthPort), "HTTP /healthcheck listen address")
-	fs.StringVar(&o.metricsAddr, "metrics-addr", fmt.Sprintf(":%d", DefaultMetricsPort), "HTTP /metrics listen address")
+	fs.StringVar(&o.grpcAddr, "grpc-addr", env.grpcAddr, "RateLimitService and grpc.health.v1.Health listen address (default $GRPC_HOST:$GRPC_PORT)")
+	fs.StringVar(&o.healthAddr, "health-addr", env.healthAddr, "HTTP /healthcheck listen address (default $HOST:$PORT)")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", env.metricsAddr, "HTTP /metrics listen address (default $PROMETHEUS_ADDR)")
 	fs.BoolVar(&o.dev, "dev", false, "generate a throw-away HMAC secret when RATE_LIMIT_HMAC_SECRET is unset")
+	fs.BoolVar(&o.load.MergeDomains, "merge-domain-config", env.merge, "merge the files of one domain (default $MERGE_DOMAIN_CONFIG)")
+	fs.BoolVar(&o.load.AcceptUnlimited, "accept-unlimited", false, "load unlimited: true (not limited, its replaces refused) and requests_per_unit: 0 (a block) instead of refusing them")
+	fs.BoolVar(&o.service.LimitHeaders, "limit-response-headers", env.headers, "add the limit, remaining and reset headers of the descriptor closest to its limit (default $LIMIT_RESPONSE_HEADERS_ENABLED)")
+	fs.StringVar(&o.service.LimitHeader, "limit-limit-header", env.limitH, "the limit header's name (default $LIMIT_LIMIT_HEADER, else RateLimit-Limit)")
+	fs.StringVar(&o.service.RemainingHeader, "limit-remaining-header", env.remainingH, "the remaining header's name (default $LIMIT_REMAINING_HEADER, else RateLimit-Remaining)")
+	fs.StringVar(&o.service.ResetHeader, "limit-reset-header", env.resetH, "the reset header's name (default $LIMIT_RESET_HEADER, else RateLimit-Reset)")
+	fs.BoolVar(&o.service.DynamicMetadata, "response-dynamic-metadata", env.metadata, "set the response's dynamic_metadata (default $RESPONSE_DYNAMIC_METADATA)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	if o.config == "" {
-		return o, errors.New("-config is required (a file or a directory of envoyproxy/ratelimit YAML)")
+		return o, errors.New("-config is required (a file or a directory of envoyproxy/ratelimit YAML; or set RUNTIME_ROOT)")
 	}
 	return o, nil
 }
@@ -71,7 +135,18 @@ func appConfig(o options) (app.Config, error) {
 		}
 	}
 	cfg, _, err := boot.Config(data, o.dev, "or run with -dev")
-	return cfg, err
+	if err != nil {
+		return cfg, err
+	}
+	// envoyproxy/ratelimit's global shadow mode: on when either says so.
+	if v := os.Getenv("SHADOW_MODE"); v != "" {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return cfg, fmt.Errorf("SHADOW_MODE=%q: true or false", v)
+		}
+		cfg.ShadowMode = cfg.ShadowMode || on
+	}
+	return cfg, nil
 }
 
 // serve runs the service until ctx is done.
@@ -80,7 +155,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	if err != nil {
 		return err
 	}
-	rlsCfg, err := envoyrls.LoadConfig(o.config)
+	rlsCfg, err := envoyrls.LoadConfigWith(o.config, o.load)
 	if err != nil {
 		return err
 	}
@@ -105,7 +180,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	defer lim.Close()
 
 	grpcSrv := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(grpcSrv, envoyrls.New(lim, rlsCfg))
+	rlsv3.RegisterRateLimitServiceServer(grpcSrv, envoyrls.NewWithOptions(lim, rlsCfg, o.service))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(grpcSrv, hs)
 	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
