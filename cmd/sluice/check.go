@@ -142,6 +142,7 @@ func runCheck(args []string, io ioSet) error {
 	fs.Int64Var(&o.identities, "identities", 10000, "size the Redis memory for this many identities of each dimension")
 	fs.Var(&o.expose, "expose", "a route the service exposes, e.g. 'GET /api/v1/search' (repeatable)")
 	fs.StringVar(&o.exposeFile, "expose-file", "", "a file of exposed routes, one a line (# comments)")
+	load := envoyLoadFlags(fs)
 	fs.BoolVar(&o.skipSecret, "skip-secret", false, "check without RATE_LIMIT_HMAC_SECRET (CI): the secret is not checked, and a warning says so")
 	fs.BoolVar(&o.json, "json", false, "print JSON for scripts instead of a report")
 	if err := parse(fs, args); err != nil {
@@ -194,7 +195,7 @@ func runCheck(args []string, io ioSet) error {
 		}
 	}
 	if o.envoyConfig != "" {
-		if _, err := envoyrls.LoadConfig(o.envoyConfig); err != nil {
+		if _, err := envoyrls.LoadConfigWith(o.envoyConfig, *load); err != nil {
 			out.Valid = false
 			out.Errors = append(out.Errors, locateEnvoy(o.envoyConfig, err)...)
 		} else {
@@ -468,8 +469,16 @@ func describeEnvoy(out *checkOut, path string, n int64) (int64, error) {
 				}
 				if rl := dc.RateLimit; rl != nil {
 					w := envoyWindow(rl)
-					d.Limits = append(d.Limits, envoyRule{Descriptor: name, Name: rl.Name, Limit: w.Limit, Period: w.Period.String(), Algorithm: w.Algorithm.String(), Shadow: dc.ShadowMode})
-					total += windowBytes(w) * n
+					r := envoyRule{Descriptor: name, Name: rl.Name, Limit: w.Limit, Period: w.Period.String(), Algorithm: w.Algorithm.String(), Shadow: dc.ShadowMode}
+					switch {
+					case rl.Unlimited: // -accept-unlimited: not limited, counted nowhere
+						r.Algorithm, r.Period = "unlimited", "-"
+					case rl.RequestsPerUnit == 0: // -accept-unlimited: a block, counted nowhere
+						r.Algorithm = "block"
+					default:
+						total += windowBytes(w) * n
+					}
+					d.Limits = append(d.Limits, r)
 				}
 				walk(dc.Descriptors, name)
 			}

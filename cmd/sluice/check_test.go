@@ -60,7 +60,7 @@ func TestCheckRefusesWhatTheServiceRefuses(t *testing.T) {
 	lines := map[string]int{
 		"bad/unknown-field.yaml": 7, "bad/zero-limit.yaml": 9, "bad/bad-duration.yaml": 8, "bad/plan-over-ceiling.yaml": 13,
 		"bad/route-twice.yaml": 10, "bad/secret-short.yaml": 3, "bad/not-yaml.yaml": 3,
-		"invalid/unknown-field.yaml": 6, "invalid/unlimited.yaml": 7, "invalid/bad-unit.yaml": 5, "invalid/missing-key.yaml": 2,
+		"invalid/unknown-field.yaml": 6, "invalid/unlimited.yaml": 8, "invalid/bad-unit.yaml": 5, "invalid/missing-key.yaml": 2,
 	}
 	for i := range files {
 		if n, ok := lines[filepath.Base(filepath.Dir(files[i].file))+"/"+filepath.Base(files[i].file)]; ok {
@@ -179,4 +179,30 @@ func TestCheckPassesTheShippedConfigurations(t *testing.T) {
 	r = sluice(t, nil, "", "check", "-config", demoConfig, "-skip-secret")
 	assert.Equal(t, exitOK, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "-skip-secret: the HMAC secret was not checked")
+}
+
+// TestCheckReadsTheEnvoyFilesAsSluiceRLSWould: envoyproxy/ratelimit's own
+// example file holds an unlimited descriptor and a block list; sluice-rls
+// loads it only with -accept-unlimited, and so does check, which then
+// shows those descriptors for what they are and counts no memory for them.
+func TestCheckReadsTheEnvoyFilesAsSluiceRLSWould(t *testing.T) {
+	const example = "../../adapters/envoyrls/testdata/peer/examples/example.yaml"
+	r := sluice(t, nil, "", "check", "-envoy-config", example)
+	assert.Equal(t, exitInvalid, r.code, r.stdout)
+	assert.Contains(t, r.stderr, "example.yaml: domain rl: descriptor foo.bar_banned:")
+	assert.Contains(t, r.stderr, "-accept-unlimited")
+
+	r = sluice(t, nil, "", "check", "-envoy-config", example, "-accept-unlimited", "-json")
+	require.Equal(t, exitOK, r.code, r.stderr)
+	var out checkOut
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &out), r.stdout)
+	algorithms := map[string]string{}
+	for _, d := range out.Domains {
+		for _, l := range d.Limits {
+			algorithms[l.Descriptor] = l.Algorithm
+		}
+	}
+	assert.Equal(t, "block", algorithms["foo,bar=banned"])
+	assert.Equal(t, "unlimited", algorithms["qux"])
+	assert.Equal(t, "sliding_log", algorithms["unspec"])
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -250,4 +251,16 @@ func printLocated(w io.Writer, errs []located, forCheck bool) error {
 		code = exitSecret
 	}
 	return &exitError{code: code, err: errors.New("invalid configuration"), printed: true}
+}
+
+// envoyLoadFlags adds sluice-rls's loader settings to fs, with the
+// defaults sluice-rls takes from its environment (MERGE_DOMAIN_CONFIG),
+// so that the files are read as the service started beside them reads
+// them.
+func envoyLoadFlags(fs *flag.FlagSet) *envoyrls.LoadOptions {
+	o := &envoyrls.LoadOptions{}
+	merge, _ := strconv.ParseBool(os.Getenv("MERGE_DOMAIN_CONFIG"))
+	fs.BoolVar(&o.MergeDomains, "merge-domain-config", merge, "with -envoy-config: merge the files of one domain, as sluice-rls -merge-domain-config (default $MERGE_DOMAIN_CONFIG)")
+	fs.BoolVar(&o.AcceptUnlimited, "accept-unlimited", false, "with -envoy-config: load unlimited and requests_per_unit: 0, as sluice-rls -accept-unlimited")
+	return o
 }

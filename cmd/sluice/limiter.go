@@ -29,6 +29,7 @@ const EnvClusterAddrs = "REDIS_CLUSTER_ADDRS"
 // under sluice's configuration, or descriptors under sluice-rls's.
 type target struct {
 	config, envoyConfig string
+	load                *envoyrls.LoadOptions
 	json                bool
 	// sluice's configuration
 	route                    string
@@ -69,6 +70,7 @@ func (t *target) addFlags(fs *flag.FlagSet, store bool) {
 	fs.StringVar(&t.ip, "ip", "", "the client address (IPv4, or IPv6: grouped by /64)")
 	fs.StringVar(&t.apikey, "apikey", "", "the api key's raw id")
 	fs.StringVar(&t.domain, "domain", "", "with -envoy-config: the domain Envoy's requests name")
+	t.load = envoyLoadFlags(fs)
 	fs.Var(&t.descriptors, "descriptor", "with -envoy-config: one descriptor, key=value[,key=value]... (repeatable)")
 	if store {
 		fs.DurationVar(&t.dialTimeout, "dial-timeout", 5*time.Second, "how long to wait for the store to answer at all")
@@ -135,7 +137,7 @@ func (s *session) close() {
 func open(t *target, withStore bool, logs io.Writer, stderr io.Writer) (*session, error) {
 	s := &session{}
 	if t.envoy() {
-		cfg, err := envoyrls.LoadConfig(t.envoyConfig)
+		cfg, err := envoyrls.LoadConfigWith(t.envoyConfig, *t.load)
 		if err != nil {
 			return nil, printLocated(stderr, locateEnvoy(t.envoyConfig, err), false)
 		}
