@@ -149,7 +149,8 @@ func (l *Limiter) storeOutcome(ctx context.Context, node string, start time.Time
 }
 
 // storeFault reports whether err, from a store call made under ctx, is
-// the store's fault: not a caller that gave up, not a request fault (a
+// the store's fault: not a caller that gave up, not an instance past its
+// shed bound (ErrOverloaded: the service's overload), not a request fault (a
 // value, a shape or a key set the store refuses), not a refusal that ran
 // nothing for a passing reason (ports.ErrNotRun).
 func storeFault(ctx context.Context, err error) bool {
@@ -157,7 +158,8 @@ func storeFault(ctx context.Context, err error) bool {
 	case ctx.Err() != nil, errors.Is(err, context.Canceled):
 		return false
 	case errors.Is(err, domain.ErrStoreValue), errors.Is(err, domain.ErrInvalidLimit),
-		errors.Is(err, domain.ErrCrossSlot), errors.Is(err, ports.ErrNotRun):
+		errors.Is(err, domain.ErrCrossSlot), errors.Is(err, ports.ErrNotRun),
+		errors.Is(err, ErrOverloaded):
 		return false
 	}
 	return true

@@ -96,17 +96,24 @@ func (l *Limiter) stopTicker() {
 // (a failed probe is an event, not an error). The health loop calls it on
 // every interval; tests and boot code may call it too.
 //
-// A probe has Config.ProbeTimeout, and no more than Config.StoreTimeout:
-// a store too slow to answer a decision in time is not healthy, and
-// counting it healthy would close the breaker only for the next decisions
-// to miss their deadline and open it again, over and over
-// (docs/adr/005).
+// A probe has Config.ProbeTimeout, and no more than Config.StoreTimeout
+// of the store's time: a store too slow to answer a decision in time is
+// not healthy, and counting it healthy would close the breaker only for
+// the next decisions to miss their deadline and open it again, over and
+// over (docs/adr/005). As for a decision, time the service itself could
+// not run is not the store's (docs/adr/008): a probe that the service
+// was too starved to complete within Config.ProbeTimeout, while the store
+// had less than its budget, proves nothing and moves no machine.
 func (l *Limiter) ProbeOnce(ctx context.Context) (domain.SystemState, error) {
 	l.probeMu.Lock()
 	defer l.probeMu.Unlock()
-	pctx, cancel := context.WithTimeout(ctx, min(l.cfg.ProbeTimeout, l.cfg.StoreTimeout))
+	budget := min(l.cfg.ProbeTimeout, l.cfg.StoreTimeout)
+	start := time.Now()
+	pctx := newStoreTime(ctx, l.lag, start, budget, start.Add(max(l.cfg.ProbeTimeout, budget)))
 	res := l.probe(pctx)
-	cancel()
+	if pctx.stop() == endShed {
+		return l.SystemState(), nil
+	}
 	return l.applyProbes(ctx, res)
 }
 
@@ -182,6 +189,7 @@ func (l *Limiter) Close() error {
 		l.stopLoop()
 	})
 	l.wg.Wait()
+	l.lag.close()
 	l.loopMu.Lock()
 	defer l.loopMu.Unlock()
 	errs := l.loopErrs

@@ -95,7 +95,10 @@ type Limiter struct {
 	// storeWaits is set once the primary store has waited on a call's
 	// deadline (callStore).
 	storeWaits atomic.Bool
-	prober     ports.Prober
+	// lag measures the time the service could not run, which the store
+	// deadline gives back (storetime.go).
+	lag    *lagMeter
+	prober ports.Prober
 	rec        ports.Recorder
 	tracer     ports.DecisionTracer // nil unless rec traces
 
@@ -172,6 +175,7 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 		facade:    fp,
 		done:      make(chan struct{}),
 		afterTick: afterTick,
+		lag:       newLagMeter(),
 
 		tickerChanged: make(chan struct{}, 1),
 	}
@@ -537,14 +541,24 @@ func heldRefused(ev *evaluation, res *domain.Result) bool {
 }
 
 // failed decides ev after its store call failed with err: a request the
-// store refused by shape is RejectedInvalidContext, any other failure
-// goes to the degraded matrix.
+// store refused by shape is RejectedInvalidContext; a caller that gave up
+// and an instance past its shed bound are refused without the degraded
+// matrix (never a bypass: shed); any other failure goes to the degraded
+// matrix.
 func (l *Limiter) failed(ctx context.Context, ev *evaluation, err error) {
 	var le *domain.LimitError
 	if errors.As(err, &le) || errors.Is(err, domain.ErrCrossSlot) {
 		// The store refused the request's shape: a defect, not an outage, so
 		// the breaker does not count it.
 		ev.d.State, ev.d.Cause, ev.err = domain.RejectedInvalidContext, domain.CauseInvalidLimit, err
+		return
+	}
+	switch {
+	case errors.Is(err, ErrOverloaded):
+		l.shed(ev, domain.CauseOverloaded, err)
+		return
+	case ctx.Err() != nil || errors.Is(err, context.Canceled):
+		l.shed(ev, domain.CauseCallerGone, err)
 		return
 	}
 	if cause, ok := requestFault(err); ok {
@@ -557,6 +571,25 @@ func (l *Limiter) failed(ctx context.Context, ev *evaluation, err error) {
 		cause = domain.CauseStoreTimeout
 	}
 	l.degraded(ctx, ev, cause, err)
+}
+
+// shed decides ev without the store's answer and without the degraded
+// matrix (docs/adr/008): from what is known, a refusal the store gave
+// moments ago for the same key set (the refusal cache, which other
+// decisions may have filled while this one waited), else a refusal with
+// cause: the instance is overloaded, or the caller gave up. It never
+// admits: the limits hold whatever the load.
+func (l *Limiter) shed(ev *evaluation, cause domain.Cause, err error) {
+	if l.refusals.repeat(ev) {
+		ev.err = err
+		return
+	}
+	ev.err = err
+	ev.d.Windows = domain.WindowChecks{}
+	ev.deny(cause, 0)
+	ev.d.Degraded = true
+	ev.d.Source = domain.SourceNone
+	ev.d.SystemState = l.SystemState()
 }
 
 // evaluateStore decides ev on the primary store: coalesced with the
@@ -576,39 +609,54 @@ func (l *Limiter) evaluateStore(ctx context.Context, ev *evaluation) (domain.Res
 }
 
 // callStore calls the primary store under the one store deadline and
-// records the call. Every failure comes back classified: a missed
-// deadline, whoever set it, wraps domain.ErrStoreTimeout.
+// records the call. Every failure comes back classified: a store deadline
+// missed wraps domain.ErrStoreTimeout; a call still unanswered at the shed
+// bound wraps ErrOverloaded; a caller that gave up keeps its context's
+// error. The store deadline counts the store's time only (storetime.go,
+// docs/adr/008): the time the service could not run is given back.
 func (l *Limiter) callStore(ctx context.Context, ev *evaluation, op ports.StoreOp) (domain.Result, time.Time, error) {
 	limits := ev.limits[:ev.n]
 	start := l.clock.Now()
-	deadline := l.wall(start).Add(l.cfg.StoreTimeout)
+	wallStart := l.wall(start)
 	var res domain.Result
 	var err error
 	var end time.Time
+	why := endNone
 	if l.storeWaits.Load() {
-		// A store that waits on the deadline (Redis) arms any context: the
-		// standard one costs it less than storeContext armed.
-		sctx, cancel := context.WithDeadline(ctx, deadline)
+		// A store that waits on the deadline (Redis) gets the store-time
+		// context.
+		sctx := newStoreTime(ctx, l.lag, wallStart, l.cfg.StoreTimeout, wallStart.Add(l.cfg.ShedAfter))
 		res, err = l.storeCall(sctx, op, ev, limits)
 		end = l.clock.Now()
-		cancel()
+		why = sctx.stop()
 	} else {
 		// The deadline's timer starts only if the store waits on it
-		// (deadline.go); if it does, the next calls take the standard
+		// (deadline.go); if it does, the next calls take the store-time
 		// context.
-		sctx := newStoreContext(ctx, deadline)
+		sctx := newStoreContext(ctx, wallStart.Add(l.cfg.StoreTimeout)).storeTime(l.lag, wallStart, wallStart.Add(l.cfg.ShedAfter))
 		res, err = l.storeCall(sctx, op, ev, limits)
 		end = l.clock.Now()
 		sctx.stop(l.wall(end))
+		why = sctx.why()
 		if sctx.armed.Load() {
 			l.storeWaits.Store(true)
 		}
 	}
 	ev.latency = end.Sub(start)
 	ev.madeCall, ev.callStart = true, start
-	err = classify(err)
+	err = classifyEnd(err, why)
 	l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: op, Start: start, Latency: ev.latency, Keys: ev.n, Err: err})
 	return res, start, err
+}
+
+// classifyEnd is classify for a call whose store-time context ended for
+// why: past the shed bound, the failure is the instance's overload, not
+// the store's.
+func classifyEnd(err error, why int32) error {
+	if err != nil && why == endShed {
+		return fmt.Errorf("%w: %w", ErrOverloaded, err)
+	}
+	return classify(err)
 }
 
 // storeCall is one call of the primary store; a reservation keeps its

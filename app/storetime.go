@@ -1,0 +1,300 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The store deadline is the store's (docs/adr/008-failure-classes-and-breaker.md,
+// "The store deadline is the store's"). A decision's store call gets
+// Config.StoreTimeout of the store's time: wall time during the call
+// minus the time the service itself could not run a goroutine (its CPU
+// saturated by its own work or by another process), which lagMeter
+// measures. A call still waiting when Config.ShedAfter has passed since
+// the decision first waited for the store ends as a shed (ErrOverloaded),
+// not as a store timeout: the instance, not the store, is what is late.
+
+// ErrOverloaded is wrapped by the error of a decision that waited for the
+// primary store past Config.ShedAfter (the instance is saturated). It is
+// not the store's failure: it counts toward no breaker, and the decision
+// is refused (DeniedDegraded, cause overloaded) without the degraded
+// matrix.
+var ErrOverloaded = errors.New("sluice: instance overloaded: no store answer within shed_after")
+
+// lagIdle is how many ticks (lagTick, breaker.go) without a store call in flight the lag meter
+// runs before it stops: an idle service pays nothing for it.
+const lagIdle = 1000
+
+// lagMeter measures, while store calls are in flight, the time the
+// service could not run a goroutine of its own: stolen is what a store
+// deadline gives back. Two witnesses, each counting what it waits beyond
+// lagTick:
+//
+//   - a goroutine that wants to look at the wall clock every lagTick (a
+//     timer wakes it): the process, or its thread, descheduled by the
+//     operating system;
+//   - a goroutine woken through the network poller by a byte the first
+//     writes to a pipe, as a store client's reader is woken by a reply:
+//     the time a ready goroutine waits behind the service's own work
+//     (the Go scheduler polls the network only between other goroutines,
+//     every 10 ms at worst, and runs what it finds after the queued
+//     ones), which is what delays a reply that Redis sent in time.
+//
+// It runs only while calls use it (acquire, release), and stops after
+// lagIdle idle ticks.
+type lagMeter struct {
+	stolen  atomic.Int64 // ns the service could not run, since the meter began
+	last    atomic.Int64 // wall ns of the ticking goroutine's last look
+	pending atomic.Int64 // wall ns of the byte the polled goroutine has not read yet; 0 without
+	users   atomic.Int64
+	running atomic.Bool
+	closed  atomic.Bool
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+func newLagMeter() *lagMeter { return &lagMeter{stop: make(chan struct{})} }
+
+// acquire registers a call that reads the meter, starting it if needed,
+// and returns the stolen time so far.
+func (m *lagMeter) acquire() int64 {
+	m.users.Add(1)
+	if !m.running.Load() && !m.closed.Load() && m.running.CompareAndSwap(false, true) {
+		m.last.Store(time.Now().UnixNano())
+		m.wg.Add(1)
+		go m.run()
+	}
+	return m.now(time.Now().UnixNano())
+}
+
+// release ends a call that acquired the meter.
+func (m *lagMeter) release() { m.users.Add(-1) }
+
+// now is the stolen time at wall instant t (ns), counting the waits the
+// witnesses are in: a meter that cannot run is itself the measure.
+func (m *lagMeter) now(t int64) int64 {
+	s := m.stolen.Load()
+	if !m.running.Load() {
+		return s
+	}
+	if gap := t - m.last.Load() - int64(lagTick); gap > 0 {
+		s += gap
+	}
+	if p := m.pending.Load(); p != 0 {
+		if wait := t - p - int64(lagTick); wait > 0 {
+			s += wait
+		}
+	}
+	return s
+}
+
+func (m *lagMeter) run() {
+	defer m.wg.Done()
+	r, w, err := os.Pipe()
+	if err == nil {
+		m.wg.Add(1)
+		go m.poll(r)
+		defer w.Close()
+	}
+	tk := time.NewTicker(lagTick)
+	defer tk.Stop()
+	idle := 0
+	one := []byte{0}
+	for {
+		select {
+		case <-m.stop:
+			m.running.Store(false)
+			return
+		case <-tk.C:
+		}
+		t := time.Now().UnixNano()
+		if gap := t - m.last.Load() - int64(lagTick); gap > 0 {
+			m.stolen.Add(gap)
+		}
+		m.last.Store(t)
+		if err == nil && m.pending.CompareAndSwap(0, t) {
+			if _, werr := w.Write(one); werr != nil {
+				m.pending.Store(0)
+			}
+		}
+		if m.users.Load() > 0 {
+			idle = 0
+			continue
+		}
+		if idle++; idle < lagIdle {
+			continue
+		}
+		m.running.Store(false)
+		// A call that acquired meanwhile may have seen it running.
+		if m.users.Load() == 0 || !m.running.CompareAndSwap(false, true) {
+			return
+		}
+		idle = 0
+	}
+}
+
+// poll is the witness woken through the network poller: it reads the
+// pipe until its writer closes it, counting each byte's wait.
+func (m *lagMeter) poll(r *os.File) {
+	defer m.wg.Done()
+	defer r.Close()
+	buf := make([]byte, 64)
+	for {
+		if _, err := r.Read(buf); err != nil {
+			m.pending.Store(0)
+			return
+		}
+		if p := m.pending.Swap(0); p != 0 {
+			if wait := time.Now().UnixNano() - p - int64(lagTick); wait > 0 {
+				m.stolen.Add(wait)
+			}
+		}
+	}
+}
+
+// close stops the meter for good: calls made later get no lag back.
+func (m *lagMeter) close() {
+	if m.closed.CompareAndSwap(false, true) {
+		close(m.stop)
+	}
+	m.wg.Wait()
+}
+
+// Why a store-time context ended.
+const (
+	endNone   int32 = iota
+	endStore        // the store used its StoreTimeout: a store timeout
+	endShed         // ShedAfter passed first: the instance is overloaded
+	endCaller       // the caller's context ended
+	endCalled       // the call returned (stop)
+)
+
+// storeTime is the context of one store call: done when the store has
+// used its budget of store time (endStore: at the shed bound too, when
+// the store had its budget by then), when the shed bound passes with the
+// store's budget not used up (endShed), or when the parent ends
+// (endCaller), whichever is first. Deadline reports the earliest instant
+// it may end (start + budget, or the parent's deadline if earlier): a
+// socket deadline set from it is the store deadline of a service that is
+// not starved. It is safe for simultaneous use.
+type storeTime struct {
+	parent context.Context
+	lag    *lagMeter
+	start  time.Time
+	base   int64
+	budget time.Duration
+	shedAt time.Time
+	dl     time.Time
+
+	done       chan struct{}
+	why        atomic.Int32
+	mu         sync.Mutex // guards err, timer re-arming and the end
+	err        error
+	timer      *time.Timer
+	stopParent func() bool
+}
+
+var _ context.Context = (*storeTime)(nil)
+
+// newStoreTime starts a store call's context at wall instant start:
+// budget of store time, shed at shedAt.
+func newStoreTime(parent context.Context, lag *lagMeter, start time.Time, budget time.Duration, shedAt time.Time) *storeTime {
+	c := &storeTime{
+		parent: parent, lag: lag, start: start, base: lag.acquire(), budget: budget, shedAt: shedAt,
+		dl: start.Add(budget), done: make(chan struct{}),
+	}
+	if d, ok := parent.Deadline(); ok && d.Before(c.dl) {
+		c.dl = d
+	}
+	if err := parent.Err(); err != nil {
+		c.end(endCaller, err)
+		return c
+	}
+	if !time.Now().Before(c.dl) {
+		// Born past its budget (as context.WithDeadline is born done).
+		c.check()
+		if c.why.Load() != endNone {
+			c.stopParent = func() bool { return true }
+			return c
+		}
+	}
+	c.mu.Lock()
+	c.timer = time.AfterFunc(min(budget, time.Until(shedAt)), c.check)
+	c.mu.Unlock()
+	c.stopParent = context.AfterFunc(parent, func() { c.end(endCaller, parent.Err()) })
+	return c
+}
+
+// check runs when the budget may be used: it ends the context, or
+// re-arms for the store time still due.
+func (c *storeTime) check() {
+	now := time.Now()
+	spent := now.Sub(c.start) - time.Duration(c.lag.now(now.UnixNano())-c.base)
+	switch {
+	case spent >= c.budget:
+		c.end(endStore, context.DeadlineExceeded)
+		return
+	case !now.Before(c.shedAt):
+		c.end(endShed, context.DeadlineExceeded)
+		return
+	}
+	c.mu.Lock()
+	if c.why.Load() == endNone && c.timer != nil {
+		c.timer.Reset(max(min(c.budget-spent, c.shedAt.Sub(now)), lagTick))
+	}
+	c.mu.Unlock()
+}
+
+// end ends the context for why, once.
+func (c *storeTime) end(why int32, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.why.Load() != endNone {
+		return
+	}
+	c.err = err
+	c.why.Store(why)
+	close(c.done)
+}
+
+// stop releases the context once the call has returned, as a CancelFunc
+// does, and reports why it ended: endCalled when it had not.
+func (c *storeTime) stop() int32 {
+	c.end(endCalled, context.Canceled)
+	c.mu.Lock()
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.mu.Unlock()
+	if c.stopParent != nil {
+		c.stopParent()
+	}
+	c.lag.release()
+	return c.why.Load()
+}
+
+// Deadline is the store deadline of a service that is not starved, or
+// the parent's if earlier.
+func (c *storeTime) Deadline() (time.Time, bool) { return c.dl, true }
+
+// Done is closed when the context ends.
+func (c *storeTime) Done() <-chan struct{} { return c.done }
+
+// Err is nil until the context ends; then context.DeadlineExceeded (the
+// budget or the shed bound), the parent's error, or context.Canceled
+// after stop.
+func (c *storeTime) Err() error {
+	if c.why.Load() == endNone {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Value is the parent's.
+func (c *storeTime) Value(key any) any { return c.parent.Value(key) }
