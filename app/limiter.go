@@ -99,8 +99,8 @@ type Limiter struct {
 	// deadline gives back (storetime.go).
 	lag    *lagMeter
 	prober ports.Prober
-	rec        ports.Recorder
-	tracer     ports.DecisionTracer // nil unless rec traces
+	rec    ports.Recorder
+	tracer ports.DecisionTracer // nil unless rec traces
 
 	// Health: one machine per node of the store (breaker.go); state is
 	// the instance's, the worst node's, for the hot path.
