@@ -16,12 +16,9 @@ const maxLoopErrors = 8
 // MemoryCheck is a boot check (docs/adr/005): it compares the
 // store's memory ceiling (Redis maxmemory) with budgetBytes and returns a
 // warning for each problem (below the budget, unreadable, evicting). err is
-// for a check that cannot run at all. With the Redis adapter:
-//
-//	func(ctx context.Context, b int64) ([]string, error) {
-//		r, err := store.CheckMaxMemory(ctx, b)
-//		return r.Warnings, err
-//	}
+// for a check that cannot run at all. A store that can check itself
+// (ports.MemoryChecker: the Redis adapter) is checked without one: set
+// Deps.MemoryCheck only to check something else.
 type MemoryCheck func(ctx context.Context, budgetBytes int64) (warnings []string, err error)
 
 // healthLoop probes the store on every tick of the clock until Close.

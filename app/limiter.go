@@ -26,15 +26,19 @@ type Deps struct {
 	// Clock tells time and drives the health loop. nil means
 	// ports.SystemClock.
 	Clock ports.Clock
-	// Prober checks the primary store's health. nil means a prober that
-	// peeks a reserved key of Store (consuming nothing).
+	// Prober checks the primary store's health. nil means the store's own
+	// (ports.HealthProber: the Redis adapter's probes each node, so that
+	// a dead master opens the breaker of its own slots only), else a
+	// prober that peeks a reserved key of Store (consuming nothing).
 	Prober ports.Prober
 	// Recorder observes every decision, transition, store call and reset.
 	// Required: production services use adapters/otel; tests and
 	// benchmarks may use ports/recordertest.
 	Recorder ports.Recorder
-	// MemoryCheck, when set, checks the store's memory ceiling against
-	// Config.RedisMemoryBudgetMB at boot (see Limiter.Warnings).
+	// MemoryCheck checks the store's memory ceiling against
+	// Config.RedisMemoryBudgetMB at boot (see Limiter.Warnings). nil means
+	// the store's own (ports.MemoryChecker: the Redis adapter's reads
+	// maxmemory and its policy on every node), else none.
 	MemoryCheck MemoryCheck
 }
 
@@ -193,7 +197,16 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 	}
 	_, l.systemClock = l.clock.(ports.SystemClock)
 	if l.prober == nil {
-		l.prober = storeProber{store: deps.Store, clock: l.clock}
+		if hp, ok := deps.Store.(ports.HealthProber); ok {
+			l.prober = hp.HealthProber()
+		} else {
+			l.prober = storeProber{store: deps.Store, clock: l.clock}
+		}
+	}
+	if deps.MemoryCheck == nil {
+		if mc, ok := deps.Store.(ports.MemoryChecker); ok {
+			deps.MemoryCheck = mc.CheckMemory
+		}
 	}
 	l.state.Store(uint32(domain.Healthy))
 	l.probeState.init(cfg.ClearingProbes, l.prober, l.rec)
