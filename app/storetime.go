@@ -2,11 +2,12 @@ package app
 
 import (
 	"context"
-	"errors"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicehq/sluice/domain"
 )
 
 // The store deadline is the store's (docs/adr/008-failure-classes-and-breaker.md,
@@ -22,17 +23,24 @@ import (
 // primary store past Config.ShedAfter (the instance is saturated). It is
 // not the store's failure: it counts toward no breaker, and the decision
 // is refused (DeniedDegraded, cause overloaded) without the degraded
-// matrix.
-var ErrOverloaded = errors.New("sluice: instance overloaded: no store answer within shed_after")
+// matrix. Its code is domain.CodeOverloaded.
+var ErrOverloaded = domain.ErrOverloaded
+
+// lagStall is the least wait a witness counts: the steady queueing of a
+// busy service (a millisecond or two per wakeup) delays a call's reply
+// once, not at every tick of the call, and is not given back; a stall
+// of the process or of its scheduler (a wait of several milliseconds)
+// delays everything the call needs, and is.
+const lagStall = 5 * time.Millisecond
 
 // lagIdle is how many ticks (lagTick, breaker.go) without a store call in flight the lag meter
 // runs before it stops: an idle service pays nothing for it.
 const lagIdle = 1000
 
 // lagMeter measures, while store calls are in flight, the time the
-// service could not run a goroutine of its own: stolen is what a store
-// deadline gives back. Two witnesses, each counting what it waits beyond
-// lagTick:
+// service could not run a goroutine of its own: what a store deadline
+// gives back. Two witnesses, each counting what it waits beyond lagTick
+// when it waits lagStall or more:
 //
 //   - a goroutine that wants to look at the wall clock every lagTick (a
 //     timer wakes it): the process, or its thread, descheduled by the
@@ -47,7 +55,8 @@ const lagIdle = 1000
 // It runs only while calls use it (acquire, release), and stops after
 // lagIdle idle ticks.
 type lagMeter struct {
-	stolen  atomic.Int64 // ns the service could not run, since the meter began
+	stolen  atomic.Int64 // ns the ticking witness waited, since the meter began
+	polled  atomic.Int64 // ns the polled witness waited, since the meter began
 	last    atomic.Int64 // wall ns of the ticking goroutine's last look
 	pending atomic.Int64 // wall ns of the byte the polled goroutine has not read yet; 0 without
 	users   atomic.Int64
@@ -59,9 +68,19 @@ type lagMeter struct {
 
 func newLagMeter() *lagMeter { return &lagMeter{stop: make(chan struct{})} }
 
+// lagMark is what each witness had counted at one instant.
+type lagMark struct{ ticked, polled int64 }
+
+// since is the time the service could not run between mark and now:
+// the larger of the two witnesses' counts, since both see a stall of the
+// whole process, and summing them would count it twice.
+func (mark lagMark) since(now lagMark) time.Duration {
+	return time.Duration(max(now.ticked-mark.ticked, now.polled-mark.polled))
+}
+
 // acquire registers a call that reads the meter, starting it if needed,
-// and returns the stolen time so far.
-func (m *lagMeter) acquire() int64 {
+// and returns what the witnesses counted so far.
+func (m *lagMeter) acquire() lagMark {
 	m.users.Add(1)
 	if !m.running.Load() && !m.closed.Load() && m.running.CompareAndSwap(false, true) {
 		m.last.Store(time.Now().UnixNano())
@@ -74,22 +93,18 @@ func (m *lagMeter) acquire() int64 {
 // release ends a call that acquired the meter.
 func (m *lagMeter) release() { m.users.Add(-1) }
 
-// now is the stolen time at wall instant t (ns), counting the waits the
-// witnesses are in: a meter that cannot run is itself the measure.
-func (m *lagMeter) now(t int64) int64 {
-	s := m.stolen.Load()
+// now is what the witnesses counted at wall instant t (ns), the waits
+// they are in included: a meter that cannot run is itself the measure.
+func (m *lagMeter) now(t int64) lagMark {
+	mark := lagMark{ticked: m.stolen.Load(), polled: m.polled.Load()}
 	if !m.running.Load() {
-		return s
+		return mark
 	}
-	if gap := t - m.last.Load() - int64(lagTick); gap > 0 {
-		s += gap
-	}
+	mark.ticked += stalled(t - m.last.Load())
 	if p := m.pending.Load(); p != 0 {
-		if wait := t - p - int64(lagTick); wait > 0 {
-			s += wait
-		}
+		mark.polled += stalled(t - p)
 	}
-	return s
+	return mark
 }
 
 func (m *lagMeter) run() {
@@ -112,9 +127,7 @@ func (m *lagMeter) run() {
 		case <-tk.C:
 		}
 		t := time.Now().UnixNano()
-		if gap := t - m.last.Load() - int64(lagTick); gap > 0 {
-			m.stolen.Add(gap)
-		}
+		m.stolen.Add(stalled(t - m.last.Load()))
 		m.last.Store(t)
 		if err == nil && m.pending.CompareAndSwap(0, t) {
 			if _, werr := w.Write(one); werr != nil {
@@ -149,11 +162,18 @@ func (m *lagMeter) poll(r *os.File) {
 			return
 		}
 		if p := m.pending.Swap(0); p != 0 {
-			if wait := time.Now().UnixNano() - p - int64(lagTick); wait > 0 {
-				m.stolen.Add(wait)
-			}
+			m.polled.Add(stalled(time.Now().UnixNano() - p))
 		}
 	}
+}
+
+// stalled is what a witness that waited wait ns (for a look due every
+// lagTick) counts: the wait beyond the tick, when it is a stall.
+func stalled(wait int64) int64 {
+	if wait < int64(lagStall) {
+		return 0
+	}
+	return wait - int64(lagTick)
 }
 
 // close stops the meter for good: calls made later get no lag back.
@@ -185,7 +205,7 @@ type storeTime struct {
 	parent context.Context
 	lag    *lagMeter
 	start  time.Time
-	base   int64
+	base   lagMark
 	budget time.Duration
 	shedAt time.Time
 	dl     time.Time
@@ -233,7 +253,7 @@ func newStoreTime(parent context.Context, lag *lagMeter, start time.Time, budget
 // re-arms for the store time still due.
 func (c *storeTime) check() {
 	now := time.Now()
-	spent := now.Sub(c.start) - time.Duration(c.lag.now(now.UnixNano())-c.base)
+	spent := now.Sub(c.start) - c.base.since(c.lag.now(now.UnixNano()))
 	switch {
 	case spent >= c.budget:
 		c.end(endStore, context.DeadlineExceeded)
