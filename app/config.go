@@ -135,9 +135,9 @@ type Config struct {
 	// not run (its CPU saturated) is not the store's, and extends it
 	// (docs/adr/008). A decision still waiting at ShedAfter is refused
 	// (DeniedDegraded, cause overloaded), whatever its route family: the
-	// instance is saturated, and shedding never admits past a limit. At
-	// least StoreTimeout.
-	ShedAfter time.Duration `yaml:"shed_after" validate:"min=1ms,max=1m,gtefield=StoreTimeout"`
+	// instance is saturated, and shedding never admits past a limit. A
+	// value below StoreTimeout counts as StoreTimeout.
+	ShedAfter time.Duration `yaml:"shed_after" validate:"min=1ms,max=1m"`
 	// ProbeInterval is the health loop's period (default 10 s).
 	ProbeInterval time.Duration `yaml:"probe_interval" validate:"min=1ms,max=1h"`
 	// RecoveryProbeInterval is the health loop's period while a node of
@@ -435,7 +435,7 @@ func (c *Config) applyEnv(env LookupEnv) {
 // choice set to its documented default. The HMAC secret has no default.
 func (c Config) WithDefaults() Config {
 	c.StoreTimeout = cmp.Or(c.StoreTimeout, DefaultStoreTimeout)
-	c.ShedAfter = cmp.Or(c.ShedAfter, max(DefaultShedAfter, c.StoreTimeout))
+	c.ShedAfter = max(cmp.Or(c.ShedAfter, DefaultShedAfter), c.StoreTimeout)
 	c.ProbeInterval = cmp.Or(c.ProbeInterval, DefaultProbeInterval)
 	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, min(DefaultProbeTimeout, c.ProbeInterval))
 	c.RecoveryProbeInterval = cmp.Or(c.RecoveryProbeInterval, DefaultRecoveryProbeInterval)
@@ -662,8 +662,6 @@ func reason(fe validator.FieldError) string {
 		return fmt.Sprintf("must be a whole number of microseconds between %s and %s", domain.MinPeriod, domain.MaxPeriod)
 	case "ltefield":
 		return "must not exceed probe_interval"
-	case "gtefield":
-		return "must not be below store_timeout"
 	case "printascii":
 		return "must be printable ASCII"
 	}
