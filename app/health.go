@@ -100,7 +100,9 @@ func (l *Limiter) stopTicker() {
 // over (docs/adr/005). As for a decision, time the service itself could
 // not run is not the store's (docs/adr/008): a probe that the service
 // was too starved to complete within Config.ProbeTimeout, while the store
-// had less than its budget, proves nothing and moves no machine.
+// had less than its budget, proves nothing and moves no machine; nor
+// does a node's missed deadline while the service stalled for half a
+// deadline during the round.
 func (l *Limiter) ProbeOnce(ctx context.Context) (domain.SystemState, error) {
 	l.probeMu.Lock()
 	defer l.probeMu.Unlock()
@@ -108,10 +110,31 @@ func (l *Limiter) ProbeOnce(ctx context.Context) (domain.SystemState, error) {
 	start := time.Now()
 	pctx := newStoreTime(ctx, l.lag, start, budget, start.Add(max(l.cfg.ProbeTimeout, budget)))
 	res := l.probe(pctx)
+	lagged := pctx.lagged()
 	if pctx.stop() == endShed {
 		return l.SystemState(), nil
 	}
+	if lagged >= budget/2 {
+		res = withoutMisses(res)
+	}
 	return l.applyProbes(ctx, res)
+}
+
+// withoutMisses drops from a probe round the nodes that failed by a
+// missed deadline: the round ran while the service itself stalled for
+// half a deadline, and such a miss proves nothing of the store (as for a
+// confirming probe, docs/adr/008). Answers and refusals stay.
+func withoutMisses(res probeResults) probeResults {
+	kept := res.probes[:0:0]
+	for _, p := range res.probes {
+		if p.Err != nil && (errors.Is(p.Err, context.DeadlineExceeded) || errors.Is(p.Err, domain.ErrStoreTimeout)) {
+			res.all = false
+			continue
+		}
+		kept = append(kept, p)
+	}
+	res.probes = kept
+	return res
 }
 
 // probe runs the Prober: per node when it can (ports.NodeProber).

@@ -297,6 +297,12 @@ func (c *storeTime) stop() int32 {
 	return c.why.Load()
 }
 
+// lagged is the time the service could not run since the context
+// started, as the lag meter counted it.
+func (c *storeTime) lagged() time.Duration {
+	return c.base.since(c.lag.now(time.Now().UnixNano()))
+}
+
 // Deadline is the store deadline of a service that is not starved, or
 // the parent's if earlier.
 func (c *storeTime) Deadline() (time.Time, bool) { return c.dl, true }
