@@ -59,12 +59,28 @@ type lagMeter struct {
 	polled  atomic.Int64 // ns the polled witness waited, since the meter began
 	last    atomic.Int64 // wall ns of the ticking goroutine's last look
 	pending atomic.Int64 // wall ns of the byte the polled goroutine has not read yet; 0 without
+	// stalls keeps the latest stalls (their end and length, ns) for
+	// longest: what one call's waits cannot exceed.
+	stalls  [lagStalls]atomic.Pointer[stallRec]
+	nstalls atomic.Uint64
 	users   atomic.Int64
 	running atomic.Bool
 	closed  atomic.Bool
 	stop    chan struct{}
 	wg      sync.WaitGroup
 }
+
+// lagStalls is how many stalls the meter keeps for longest: more than a
+// store call under ShedAfter meets (a stall lasts 5 ms or more).
+const lagStalls = 256
+
+// lagHops is how many times one store call waits for the service to run
+// it: the batch's goroutine or the caller, the client's writer, the
+// reply's reader, the caller's wakeup.
+const lagHops = 4
+
+// stallRec is one stall a witness counted.
+type stallRec struct{ end, dur int64 }
 
 func newLagMeter() *lagMeter { return &lagMeter{stop: make(chan struct{})} }
 
@@ -127,7 +143,7 @@ func (m *lagMeter) run() {
 		case <-tk.C:
 		}
 		t := time.Now().UnixNano()
-		m.stolen.Add(stalled(t - m.last.Load()))
+		m.stolen.Add(m.stall(t, stalled(t-m.last.Load())))
 		m.last.Store(t)
 		if err == nil && m.pending.CompareAndSwap(0, t) {
 			if _, werr := w.Write(one); werr != nil {
@@ -162,9 +178,37 @@ func (m *lagMeter) poll(r *os.File) {
 			return
 		}
 		if p := m.pending.Swap(0); p != 0 {
-			m.polled.Add(stalled(time.Now().UnixNano() - p))
+			t := time.Now().UnixNano()
+			m.polled.Add(m.stall(t, stalled(t-p)))
 		}
 	}
+}
+
+// stall records a stall of d ns that ended at t (none when d is 0) and
+// returns d.
+func (m *lagMeter) stall(t, d int64) int64 {
+	if d > 0 {
+		m.stalls[m.nstalls.Add(1)%lagStalls].Store(&stallRec{end: t, dur: d})
+	}
+	return d
+}
+
+// longest is the longest stall, or part of one, since wall instant
+// start (ns), up to t: the ones kept, and the waits the witnesses are in.
+func (m *lagMeter) longest(start, t int64) int64 {
+	var worst int64
+	for i := range m.stalls {
+		if r := m.stalls[i].Load(); r != nil && r.end > start {
+			worst = max(worst, min(r.dur, r.end-start))
+		}
+	}
+	if m.running.Load() {
+		worst = max(worst, min(stalled(t-m.last.Load()), t-start))
+		if p := m.pending.Load(); p != 0 {
+			worst = max(worst, min(stalled(t-p), t-start))
+		}
+	}
+	return worst
 }
 
 // stalled is what a witness that waited wait ns (for a look due every
@@ -253,7 +297,7 @@ func newStoreTime(parent context.Context, lag *lagMeter, start time.Time, budget
 // re-arms for the store time still due.
 func (c *storeTime) check() {
 	now := time.Now()
-	spent := now.Sub(c.start) - c.base.since(c.lag.now(now.UnixNano()))
+	spent := now.Sub(c.start) - c.lagged()
 	switch {
 	case spent >= c.budget:
 		c.end(endStore, context.DeadlineExceeded)
@@ -298,9 +342,15 @@ func (c *storeTime) stop() int32 {
 }
 
 // lagged is the time the service could not run since the context
-// started, as the lag meter counted it.
+// started, as far as it delayed the call: the stalls the lag meter
+// counted, but no more than lagHops times the longest of them. A call
+// waits for the service a few times (lagHops), not at every tick: a
+// service that polls the network only every 10 ms (its cores busy)
+// stalls a witness at every tick, and the call's reply once.
 func (c *storeTime) lagged() time.Duration {
-	return c.base.since(c.lag.now(time.Now().UnixNano()))
+	now := time.Now().UnixNano()
+	sum := c.base.since(c.lag.now(now))
+	return min(sum, time.Duration(lagHops*c.lag.longest(c.start.UnixNano(), now)))
 }
 
 // Deadline is the store deadline of a service that is not starved, or

@@ -35,7 +35,8 @@ func TestStoreTimeCountsTheStoresTime(t *testing.T) {
 			defer m.close()
 			start := time.Now()
 			c := newStoreTime(context.Background(), m, start, budget, start.Add(tc.shed))
-			m.stolen.Add(int64(tc.stolen))
+			// One stall of that length, within the call.
+			m.stolen.Add(m.stall(start.Add(tc.stolen).UnixNano(), int64(tc.stolen)))
 			<-c.Done()
 			took := time.Since(start)
 			assert.Equal(t, tc.want, c.stop())
@@ -96,4 +97,23 @@ func TestLagMeterCountsAStall(t *testing.T) {
 	m.pending.Store(now - int64(20*time.Millisecond))
 	got = lagMark{}.since(m.now(now))
 	assert.Less(t, got, 31*time.Millisecond, "the larger witness, not the sum")
+}
+
+// TestLagGivenBackIsBounded: a call gets back no more than lagHops times
+// the longest stall during it, however many stalls the witnesses
+// counted: a service whose cores are busy delays a call's reply once per
+// hop, not at every tick.
+func TestLagGivenBackIsBounded(t *testing.T) {
+	m := newLagMeter()
+	defer m.close()
+	start := time.Now().Add(-100 * time.Millisecond)
+	c := newStoreTime(context.Background(), m, start, time.Hour, start.Add(time.Hour))
+	defer c.stop()
+	for i := range 10 { // ten stalls of 8 ms, 80 ms counted
+		end := start.Add(time.Duration(10*(i+1)) * time.Millisecond).UnixNano()
+		m.stolen.Add(m.stall(end, int64(8*time.Millisecond)))
+	}
+	got := c.lagged()
+	assert.GreaterOrEqual(t, got, lagHops*8*time.Millisecond-time.Millisecond)
+	assert.LessOrEqual(t, got, lagHops*8*time.Millisecond+2*time.Millisecond, "lagHops × the longest, not the 80 ms sum")
 }
