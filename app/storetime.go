@@ -260,6 +260,7 @@ type storeTime struct {
 	err        error
 	timer      *time.Timer
 	stopParent func() bool
+	released   atomic.Bool // the lag meter, once
 }
 
 var _ context.Context = (*storeTime)(nil)
@@ -337,7 +338,9 @@ func (c *storeTime) stop() int32 {
 	if c.stopParent != nil {
 		c.stopParent()
 	}
-	c.lag.release()
+	if c.released.CompareAndSwap(false, true) {
+		c.lag.release()
+	}
 	return c.why.Load()
 }
 
