@@ -40,6 +40,9 @@ type nodeHealth struct {
 	first    atomic.Int64         // when the earliest of their calls began (unix ns); 0 without
 	last     atomic.Int64         // when the latest of their calls began (unix ns)
 	down     atomic.Bool          // a confirming probe of the run failed
+	// answered counts the node's successful store calls: a probe round
+	// during which it moved saw the node answer (health.go).
+	answered atomic.Uint64
 }
 
 // began extends the run's span of call starts with one at t (unix ns).
@@ -118,6 +121,7 @@ func (l *Limiter) allowed(node string) bool {
 func (l *Limiter) storeOutcome(ctx context.Context, node string, start time.Time, err error) error {
 	n := l.health(node)
 	if err == nil {
+		n.answered.Add(1)
 		if n.failures.Load() != 0 {
 			n.clear()
 		}

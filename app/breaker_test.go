@@ -472,3 +472,41 @@ func TestCapabilitiesByDefault(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, domain.SourcePrimary, b.Source, "b's keys are still decided by the store")
 }
+
+// funcProber probes with a function set after the Limiter exists.
+type funcProber struct{ probe func(ctx context.Context) error }
+
+func (p *funcProber) Probe(ctx context.Context) error { return p.probe(ctx) }
+
+// TestProbeMissWhileTheStoreAnswers: a scheduled probe that misses its
+// deadline while the store answered a decision during the round proves
+// nothing of the store (the probe waited behind the service's own work,
+// docs/adr/008): no transition. The same miss with no decision answered
+// opens the breaker.
+func TestProbeMissWhileTheStoreAnswers(t *testing.T) {
+	cfg := testConfig()
+	cfg.StoreTimeout = 20 * time.Millisecond
+	for _, answered := range []bool{true, false} {
+		p := &funcProber{}
+		primary := newFaulty(conformance.NewReferenceStore())
+		l, err := app.New(cfg, app.Deps{Store: primary, Fallback: conformance.NewReferenceStore(), Prober: p, Recorder: &recorder{}})
+		require.NoError(t, err)
+		p.probe = func(ctx context.Context) error {
+			if answered {
+				d, err := l.Evaluate(context.Background(), app.Request{Route: routeExport, ClientIP: rawIP, User: rawUser})
+				require.NoError(t, err)
+				require.Equal(t, domain.SourcePrimary, d.Source)
+			}
+			<-ctx.Done()
+			return fmt.Errorf("%w: %w", domain.ErrStoreTimeout, ctx.Err())
+		}
+		st, err := l.ProbeOnce(context.Background())
+		require.NoError(t, err)
+		if answered {
+			assert.Equal(t, domain.Healthy, st, "the store answered a decision during the round")
+		} else {
+			assert.Equal(t, domain.Degraded, st, "a miss with nothing answered is the store's")
+		}
+		require.NoError(t, l.Close())
+	}
+}

@@ -102,34 +102,48 @@ func (l *Limiter) stopTicker() {
 // was too starved to complete within Config.ProbeTimeout, while the store
 // had less than its budget, proves nothing and moves no machine; nor
 // does a node's missed deadline while the service stalled for half a
-// deadline during the round.
+// deadline during the round, or while the node answered a decision.
 func (l *Limiter) ProbeOnce(ctx context.Context) (domain.SystemState, error) {
 	l.probeMu.Lock()
 	defer l.probeMu.Unlock()
 	budget := min(l.cfg.ProbeTimeout, l.cfg.StoreTimeout)
 	start := time.Now()
+	answered := l.answeredByNode()
 	pctx := newStoreTime(ctx, l.lag, start, budget, start.Add(max(l.cfg.ProbeTimeout, budget)))
 	res := l.probe(pctx)
-	lagged := pctx.lagged()
+	stalled := pctx.lagged() >= budget/2
 	if pctx.stop() == endShed {
 		return l.SystemState(), nil
 	}
-	if lagged >= budget/2 {
-		res = withoutMisses(res)
+	return l.applyProbes(ctx, l.withoutMisses(res, stalled, answered))
+}
+
+// answeredByNode is each known node's count of successful store calls.
+func (l *Limiter) answeredByNode() map[string]uint64 {
+	nodes := *l.nodes.Load()
+	out := make(map[string]uint64, len(nodes))
+	for name, n := range nodes {
+		out[name] = n.answered.Load()
 	}
-	return l.applyProbes(ctx, res)
+	return out
 }
 
 // withoutMisses drops from a probe round the nodes that failed by a
-// missed deadline: the round ran while the service itself stalled for
-// half a deadline, and such a miss proves nothing of the store (as for a
-// confirming probe, docs/adr/008). Answers and refusals stay.
-func withoutMisses(res probeResults) probeResults {
+// missed deadline when the miss proves nothing of the store: the round
+// ran while the service itself stalled for half a deadline (as for a
+// confirming probe, docs/adr/008), or the node answered a decision's
+// store call meanwhile (it serves; the probe waited behind the service's
+// own work). Answers and refusals stay.
+func (l *Limiter) withoutMisses(res probeResults, stalled bool, before map[string]uint64) probeResults {
 	kept := res.probes[:0:0]
+	nodes := *l.nodes.Load()
 	for _, p := range res.probes {
 		if p.Err != nil && (errors.Is(p.Err, context.DeadlineExceeded) || errors.Is(p.Err, domain.ErrStoreTimeout)) {
-			res.all = false
-			continue
+			n, known := nodes[p.Node]
+			if stalled || (known && n.answered.Load() != before[p.Node]) {
+				res.all = false
+				continue
+			}
 		}
 		kept = append(kept, p)
 	}
