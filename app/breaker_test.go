@@ -474,7 +474,9 @@ func TestCapabilitiesByDefault(t *testing.T) {
 }
 
 // funcProber probes with a function set after the Limiter exists.
-type funcProber struct{ probe func(ctx context.Context) error }
+type funcProber struct {
+	probe func(ctx context.Context) error
+}
 
 func (p *funcProber) Probe(ctx context.Context) error { return p.probe(ctx) }
 

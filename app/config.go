@@ -32,8 +32,8 @@ const (
 const (
 	DefaultStoreTimeout = 50 * time.Millisecond
 	// DefaultShedAfter bounds a decision's whole wait for the primary
-	// store (see Config.ShedAfter): 20 store deadlines.
-	DefaultShedAfter       = time.Second
+	// store (see Config.ShedAfter): 40 store deadlines.
+	DefaultShedAfter       = 2 * time.Second
 	DefaultProbeInterval   = 10 * time.Second
 	DefaultProbeTimeout    = time.Second
 	DefaultBreakerFailures = 5
@@ -129,7 +129,7 @@ type Config struct {
 	// decision comes from the degraded matrix (Decision.Degraded).
 	StoreTimeout time.Duration `yaml:"store_timeout" validate:"min=1ms,max=10s"`
 	// ShedAfter bounds how long one decision waits for the primary store
-	// in all (default 1 s): in the coalescing queue, for its call to be
+	// in all (default 2 s): in the coalescing queue, for its call to be
 	// dispatched and for the answer to be read. The store deadline
 	// (StoreTimeout) counts the store's time only: time the service could
 	// not run (its CPU saturated) is not the store's, and extends it

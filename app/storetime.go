@@ -184,6 +184,17 @@ func (m *lagMeter) poll(r *os.File) {
 	}
 }
 
+// overdue reports whether a witness is in a stall at wall instant t
+// (ns): the service cannot run a goroutine woken by a timer or by the
+// network poller now.
+func (m *lagMeter) overdue(t int64) bool {
+	if !m.running.Load() {
+		return false
+	}
+	p := m.pending.Load()
+	return stalled(t-m.last.Load()) > 0 || (p != 0 && stalled(t-p) > 0)
+}
+
 // stall records a stall of d ns that ended at t (none when d is 0) and
 // returns d.
 func (m *lagMeter) stall(t, d int64) int64 {
@@ -300,6 +311,10 @@ func (c *storeTime) check() {
 	now := time.Now()
 	spent := now.Sub(c.start) - c.lagged()
 	switch {
+	case spent >= c.budget && c.lag.overdue(now.UnixNano()) && now.Before(c.shedAt):
+		// The service cannot run right now: a reply may be waiting in
+		// the socket for a reader that has not been scheduled. Look
+		// again once it runs.
 	case spent >= c.budget:
 		c.end(endStore, context.DeadlineExceeded)
 		return

@@ -116,6 +116,7 @@ func TestSaturationNoRace(t *testing.T) {
 			exact++
 		}
 	}
+	rlsRec.degraded.Store(0)
 	codes, rlsLat, rlsErrs := rls.concurrent(t, rlsCalls)
 	wall := time.Since(hogStart)
 	hogCPU := stopHog()
@@ -130,8 +131,8 @@ func TestSaturationNoRace(t *testing.T) {
 	}
 	ok, over := codes[rlsv3.RateLimitResponse_OK], codes[rlsv3.RateLimitResponse_OVER_LIMIT]
 	if ok != rlsLimit || over != rlsCalls-rlsLimit || rlsErrs != 0 || rlsRec.degraded.Load() != 0 {
-		t.Errorf("sluice-rls under the hog: %d OK, %d OVER_LIMIT, %d errors, %d degraded; want exactly %d OK and %d OVER_LIMIT",
-			ok, over, rlsErrs, rlsRec.degraded.Load(), rlsLimit, rlsCalls-rlsLimit)
+		t.Errorf("sluice-rls under the hog: %d OK, %d OVER_LIMIT, %d errors, %d degraded (errors %v); want exactly %d OK and %d OVER_LIMIT",
+			ok, over, rlsErrs, rlsRec.degraded.Load(), rlsRec.errors(), rlsLimit, rlsCalls-rlsLimit)
 	}
 	slices.Sort(lat)
 	slices.Sort(rlsLat)
