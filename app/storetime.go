@@ -31,7 +31,7 @@ var ErrOverloaded = domain.ErrOverloaded
 // once, not at every tick of the call, and is not given back; a stall
 // of the process or of its scheduler (a wait of several milliseconds)
 // delays everything the call needs, and is.
-const lagStall = 5 * time.Millisecond
+const lagStall = 2 * time.Millisecond
 
 // lagIdle is how many ticks (lagTick, breaker.go) without a store call in flight the lag meter
 // runs before it stops: an idle service pays nothing for it.
