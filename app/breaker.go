@@ -40,6 +40,9 @@ type nodeHealth struct {
 	first    atomic.Int64         // when the earliest of their calls began (unix ns); 0 without
 	last     atomic.Int64         // when the latest of their calls began (unix ns)
 	down     atomic.Bool          // a confirming probe of the run failed
+	// answered counts the node's successful store calls: a probe round
+	// during which it moved saw the node answer (health.go).
+	answered atomic.Uint64
 }
 
 // began extends the run's span of call starts with one at t (unix ns).
@@ -118,6 +121,7 @@ func (l *Limiter) allowed(node string) bool {
 func (l *Limiter) storeOutcome(ctx context.Context, node string, start time.Time, err error) error {
 	n := l.health(node)
 	if err == nil {
+		n.answered.Add(1)
 		if n.failures.Load() != 0 {
 			n.clear()
 		}
@@ -149,7 +153,8 @@ func (l *Limiter) storeOutcome(ctx context.Context, node string, start time.Time
 }
 
 // storeFault reports whether err, from a store call made under ctx, is
-// the store's fault: not a caller that gave up, not a request fault (a
+// the store's fault: not a caller that gave up, not an instance past its
+// shed bound (ErrOverloaded: the service's overload), not a request fault (a
 // value, a shape or a key set the store refuses), not a refusal that ran
 // nothing for a passing reason (ports.ErrNotRun).
 func storeFault(ctx context.Context, err error) bool {
@@ -157,7 +162,8 @@ func storeFault(ctx context.Context, err error) bool {
 	case ctx.Err() != nil, errors.Is(err, context.Canceled):
 		return false
 	case errors.Is(err, domain.ErrStoreValue), errors.Is(err, domain.ErrInvalidLimit),
-		errors.Is(err, domain.ErrCrossSlot), errors.Is(err, ports.ErrNotRun):
+		errors.Is(err, domain.ErrCrossSlot), errors.Is(err, ports.ErrNotRun),
+		errors.Is(err, ErrOverloaded):
 		return false
 	}
 	return true

@@ -422,3 +422,93 @@ func TestStoreDownBeforeAnyNodeIsKnown(t *testing.T) {
 	assert.Equal(t, map[string]domain.SystemState{"a": domain.Healthy}, r.l.NodeStates(), "the unattributed entry left once cleared")
 	assert.Equal(t, domain.Allowed, r.eval(t, req).State)
 }
+
+// capableStore is a nodeStore that offers its per-node prober and a
+// memory check as capabilities of the store (ports.HealthProber,
+// ports.MemoryChecker), as the Redis adapter does.
+type capableStore struct {
+	nodeStore
+	budget *int64
+}
+
+func (s capableStore) HealthProber() ports.Prober { return s.p }
+
+func (s capableStore) CheckMemory(_ context.Context, b int64) ([]string, error) {
+	*s.budget = b
+	return []string{"maxmemory below budget"}, nil
+}
+
+// TestCapabilitiesByDefault is issue 27 item 3: with the documented wiring
+// (Store, Fallback, Recorder; no Prober, no MemoryCheck) a store that can
+// probe per node is probed per node, so that one dead node degrades its
+// own keys only, and a store that can check its memory is checked.
+func TestCapabilitiesByDefault(t *testing.T) {
+	np := newNodeProber()
+	primary := newFaulty(conformance.NewReferenceStore())
+	var budget int64
+	cfg := testConfig()
+	cfg.RedisMemoryBudgetMB = 8
+	l, err := app.New(cfg, app.Deps{Store: capableStore{nodeStore{primary, np}, &budget},
+		Fallback: conformance.NewReferenceStore(), Recorder: &recorder{}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	assert.Equal(t, int64(8<<20), budget, "the store's memory check ran")
+	assert.Equal(t, []string{"maxmemory below budget"}, l.Warnings())
+
+	onA := app.Request{Route: routeExport, ClientIP: rawIP, User: "u-a", Tenant: "tenant-on-a"}
+	onB := app.Request{Route: routeExport, ClientIP: netip.MustParseAddr("198.51.100.9"), User: "u-b", Tenant: "tenant-on-b"}
+	_, err = l.Evaluate(context.Background(), onA)
+	require.NoError(t, err)
+	np.set(func(p *nodeProber) { p.onA[hashTag(primary.seen()[0])] = true; p.down["a"] = true })
+	st, err := l.ProbeOnce(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, domain.Degraded, st)
+	assert.Equal(t, map[string]domain.SystemState{"a": domain.Degraded, "b": domain.Healthy}, l.NodeStates(),
+		"the store's own prober names its nodes")
+	a, err := l.Evaluate(context.Background(), onA)
+	require.NoError(t, err)
+	assert.Equal(t, domain.CauseBreakerOpen, a.Cause)
+	b, err := l.Evaluate(context.Background(), onB)
+	require.NoError(t, err)
+	assert.Equal(t, domain.SourcePrimary, b.Source, "b's keys are still decided by the store")
+}
+
+// funcProber probes with a function set after the Limiter exists.
+type funcProber struct {
+	probe func(ctx context.Context) error
+}
+
+func (p *funcProber) Probe(ctx context.Context) error { return p.probe(ctx) }
+
+// TestProbeMissWhileTheStoreAnswers: a scheduled probe that misses its
+// deadline while the store answered a decision during the round proves
+// nothing of the store (the probe waited behind the service's own work,
+// docs/adr/008): no transition. The same miss with no decision answered
+// opens the breaker.
+func TestProbeMissWhileTheStoreAnswers(t *testing.T) {
+	cfg := testConfig()
+	cfg.StoreTimeout = 20 * time.Millisecond
+	for _, answered := range []bool{true, false} {
+		p := &funcProber{}
+		primary := newFaulty(conformance.NewReferenceStore())
+		l, err := app.New(cfg, app.Deps{Store: primary, Fallback: conformance.NewReferenceStore(), Prober: p, Recorder: &recorder{}})
+		require.NoError(t, err)
+		p.probe = func(ctx context.Context) error {
+			if answered {
+				d, err := l.Evaluate(context.Background(), app.Request{Route: routeExport, ClientIP: rawIP, User: rawUser})
+				require.NoError(t, err)
+				require.Equal(t, domain.SourcePrimary, d.Source)
+			}
+			<-ctx.Done()
+			return fmt.Errorf("%w: %w", domain.ErrStoreTimeout, ctx.Err())
+		}
+		st, err := l.ProbeOnce(context.Background())
+		require.NoError(t, err)
+		if answered {
+			assert.Equal(t, domain.Healthy, st, "the store answered a decision during the round")
+		} else {
+			assert.Equal(t, domain.Degraded, st, "a miss with nothing answered is the store's")
+		}
+		require.NoError(t, l.Close())
+	}
+}

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"sync"
@@ -26,16 +25,18 @@ import (
 //   - each member gets its own Result (domain.Repeated.For): the store
 //     admits them in arrival order, all or nothing each, exactly as that
 //     many sequential calls would;
-//   - no member waits past its own store deadline: one whose deadline
-//     passes, or whose caller gives up, leaves with its own timeout or
-//     cancellation. Before its batch is sent it is not counted; after, its
-//     units are counted as a lone call's are when it times out after
-//     reaching the store. The group call is made by a goroutine of its own
-//     under the latest member's deadline, so that a member that arrived
-//     early (and waited longest behind the call in flight) takes no time
-//     from those that arrived later, and no caller's cancellation cancels
-//     the others' call. Its error reaches every member still waiting, and
-//     is counted against the store once.
+//   - the queue is not the store: the store deadline of a batch starts
+//     when its call does (docs/adr/008), and no member waits in all past
+//     Config.ShedAfter or its caller's context: one that does leaves,
+//     shed (ErrOverloaded) or with its caller's error, refused without
+//     the degraded matrix. Before its batch is sent it is not counted;
+//     after, its units are counted as a lone call's are when it gives up
+//     after reaching the store. The group call is made by a goroutine of
+//     its own, shed at the latest member's bound, so that a member that
+//     arrived early (and waited longest behind the call in flight) takes
+//     no time from those that arrived later, and no caller's cancellation
+//     cancels the others' call. Its error reaches every member still
+//     waiting, and is counted against the store once.
 //
 // Key sets are found by a 64-bit fingerprint under a per-process random
 // seed, confirmed by the first key and the number of keys.
@@ -136,11 +137,11 @@ func (c *coalescer) evaluate(ctx context.Context, ev *evaluation) (domain.Result
 		f.next = b
 		sh.sets[fp] = f
 	}
-	// The member's own store deadline, on the clock contexts use.
-	ev.coDeadline = time.Now().Add(c.l.cfg.StoreTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(ev.coDeadline) {
-		ev.coDeadline = d
-	}
+	// The member's own bound, on the clock contexts use: the queue is
+	// not the store, so the store deadline starts when its batch's call
+	// does; the member waits in all at most Config.ShedAfter (and no
+	// longer than its caller).
+	ev.coDeadline = time.Now().Add(c.l.cfg.ShedAfter)
 	ev.coIndex = len(b.members)
 	b.members = append(b.members, ev)
 	b.present++
@@ -165,7 +166,7 @@ func (c *coalescer) wait(ctx context.Context, ev *evaluation, sh *coalesceShard,
 		b.present--
 		sh.mu.Unlock()
 		ev.latency = l.clock.Now().Sub(start)
-		return domain.Result{}, leftQueue(sctx.Err())
+		return domain.Result{}, leftQueue(ctx)
 	}
 	idx := ev.coIndex
 	sh.mu.Unlock()
@@ -173,8 +174,14 @@ func (c *coalescer) wait(ctx context.Context, ev *evaluation, sh *coalesceShard,
 	select {
 	case <-b.done:
 	case <-sctx.Done():
-		ev.latency = l.clock.Now().Sub(start)
-		return domain.Result{}, leftQueue(sctx.Err())
+		select {
+		case <-b.done:
+			// The answer came as the member's bound passed: what is
+			// known is the answer.
+		default:
+			ev.latency = l.clock.Now().Sub(start)
+			return domain.Result{}, leftQueue(ctx)
+		}
 	}
 	ev.latency = l.clock.Now().Sub(start)
 	ev.madeCall = b.counted.CompareAndSwap(false, true)
@@ -186,14 +193,15 @@ func (c *coalescer) wait(ctx context.Context, ev *evaluation, sh *coalesceShard,
 }
 
 // leftQueue is the error of a member that left before its batch's call
-// answered: its own deadline (a store timeout) or its caller's
-// cancellation. It is not the store's failure: it counts nothing against
-// the breaker.
-func leftQueue(err error) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("%w: queued behind the key set's call in flight: %w", domain.ErrStoreTimeout, err)
+// answered: its caller gave up (ctx's error), or it waited past
+// Config.ShedAfter (ErrOverloaded). Neither is the store's failure: they
+// count nothing against the breaker, and the decision is refused without
+// the degraded matrix (docs/adr/008).
+func leftQueue(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("queued behind the key set's call in flight: %w", err)
 	}
-	return fmt.Errorf("queued behind the key set's call in flight: %w", err)
+	return fmt.Errorf("%w: queued behind the key set's call in flight", ErrOverloaded)
 }
 
 // call makes the batch's store call under the latest member's deadline,
@@ -201,9 +209,11 @@ func leftQueue(err error) error {
 // batch.
 func (c *coalescer) call(sh *coalesceShard, fp uint64, b *batch) {
 	l := c.l
-	cctx, cancel := context.WithDeadline(b.ctx, b.deadline)
-	limits := b.limits[:b.nlimits]
 	start := l.clock.Now()
+	// The store deadline starts now, at the call: the members' time in
+	// the queue was not the store's.
+	cctx := newStoreTime(b.ctx, l.lag, l.wall(start), l.cfg.StoreTimeout, b.deadline)
+	limits := b.limits[:b.nlimits]
 	var err error
 	if b.n == 1 {
 		var res domain.Result
@@ -218,8 +228,8 @@ func (c *coalescer) call(sh *coalesceShard, fp uint64, b *batch) {
 		b.rep, err = c.rep.EvaluateRepeated(cctx, b.now, limits, b.n)
 	}
 	latency := l.clock.Now().Sub(start)
-	cancel()
-	b.err, b.callStart = classify(err), start
+	why := cctx.stop()
+	b.err, b.callStart = classifyEnd(err, why), start
 	// Recorded before its decisions are: a decision's store call is never
 	// missing from the record once the decision is out.
 	l.rec.RecordStoreCall(b.ctx, ports.StoreCall{Op: ports.OpEvaluate, Start: start, Latency: latency, Keys: b.nlimits, Err: b.err})

@@ -295,13 +295,16 @@ func TestCoalescingLapsedRefusalGetsOneCaller(t *testing.T) {
 	assert.Equal(t, 3, allowed, "exactly the limit passes")
 }
 
-// TestCoalescedFollowerLeavesAtItsDeadline: a queued decision whose own
-// store deadline passes while the call ahead of it hangs leaves with a
-// store timeout of its own: it made no call, so the store counted nothing
-// for it and the breaker (one failure opens it here) did not count it.
-func TestCoalescedFollowerLeavesAtItsDeadline(t *testing.T) {
+// TestCoalescedFollowerLeavesAtItsShedBound: a queued decision waits
+// behind the call in flight past its store deadline (the queue is not the
+// store: docs/adr/008) and leaves at its shed bound, refused as
+// overloaded, never by the degraded matrix: it made no call, so the store
+// counted nothing for it and the breaker (one failure opens it here) did
+// not count it.
+func TestCoalescedFollowerLeavesAtItsShedBound(t *testing.T) {
 	cfg := coalesceConfig([]app.WindowConfig{{Name: "burst", Limit: 5, Period: time.Second}})
 	cfg.StoreTimeout = 20 * time.Millisecond
+	cfg.ShedAfter = 60 * time.Millisecond
 	cfg.BreakerFailures = 1
 	s := newRepeaterStore(true) // the gate ignores deadlines: a hung call
 	r := newStoreRig(t, cfg, s)
@@ -313,11 +316,14 @@ func TestCoalescedFollowerLeavesAtItsDeadline(t *testing.T) {
 		done <- d
 	}()
 	<-s.entered
+	began := time.Now()
 	d, err := r.l.Evaluate(context.Background(), req) // queues, then leaves
 	require.NoError(t, err)
+	assert.GreaterOrEqual(t, time.Since(began), cfg.ShedAfter, "it waited past its store deadline, up to its shed bound")
 	assert.Equal(t, domain.DeniedDegraded, d.State)
-	assert.Equal(t, domain.CauseStoreTimeout, d.Cause)
-	assert.ErrorIs(t, r.rec.last().Err, domain.ErrStoreTimeout)
+	assert.Equal(t, domain.CauseOverloaded, d.Cause)
+	assert.True(t, d.Degraded)
+	assert.ErrorIs(t, r.rec.last().Err, app.ErrOverloaded)
 	assert.Equal(t, domain.Healthy, r.l.SystemState(), "a decision that only waited counts nothing against the store")
 	assert.Zero(t, r.l.Queued())
 	close(s.gate)

@@ -30,7 +30,10 @@ const (
 
 // Defaults applied to zero fields by Config.WithDefaults.
 const (
-	DefaultStoreTimeout    = 50 * time.Millisecond
+	DefaultStoreTimeout = 50 * time.Millisecond
+	// DefaultShedAfter bounds a decision's whole wait for the primary
+	// store (see Config.ShedAfter): 40 store deadlines.
+	DefaultShedAfter       = 2 * time.Second
 	DefaultProbeInterval   = 10 * time.Second
 	DefaultProbeTimeout    = time.Second
 	DefaultBreakerFailures = 5
@@ -119,10 +122,22 @@ type Config struct {
 	// StoreTimeout is the one deadline of a store call (default 50 ms): the
 	// Limiter sets it on the context it hands the store, and the stores
 	// honour the context's deadline (a store's own timeout applies only
-	// when it is called directly). A call that misses it is a store
-	// timeout, and the decision comes from the degraded matrix
-	// (Decision.Degraded).
+	// when it is called directly). It counts the store's time: from the
+	// call's start (a decision queued behind a coalesced call has none
+	// while it waits), less the time the service could not run
+	// (docs/adr/008). A call that misses it is a store timeout, and the
+	// decision comes from the degraded matrix (Decision.Degraded).
 	StoreTimeout time.Duration `yaml:"store_timeout" validate:"min=1ms,max=10s"`
+	// ShedAfter bounds how long one decision waits for the primary store
+	// in all (default 2 s): in the coalescing queue, for its call to be
+	// dispatched and for the answer to be read. The store deadline
+	// (StoreTimeout) counts the store's time only: time the service could
+	// not run (its CPU saturated) is not the store's, and extends it
+	// (docs/adr/008). A decision still waiting at ShedAfter is refused
+	// (DeniedDegraded, cause overloaded), whatever its route family: the
+	// instance is saturated, and shedding never admits past a limit. A
+	// value below StoreTimeout counts as StoreTimeout.
+	ShedAfter time.Duration `yaml:"shed_after" validate:"min=1ms,max=1m"`
 	// ProbeInterval is the health loop's period (default 10 s).
 	ProbeInterval time.Duration `yaml:"probe_interval" validate:"min=1ms,max=1h"`
 	// RecoveryProbeInterval is the health loop's period while a node of
@@ -411,6 +426,7 @@ func (c *Config) applyEnv(env LookupEnv) {
 // choice set to its documented default. The HMAC secret has no default.
 func (c Config) WithDefaults() Config {
 	c.StoreTimeout = cmp.Or(c.StoreTimeout, DefaultStoreTimeout)
+	c.ShedAfter = max(cmp.Or(c.ShedAfter, DefaultShedAfter), c.StoreTimeout)
 	c.ProbeInterval = cmp.Or(c.ProbeInterval, DefaultProbeInterval)
 	c.ProbeTimeout = cmp.Or(c.ProbeTimeout, min(DefaultProbeTimeout, c.ProbeInterval))
 	c.RecoveryProbeInterval = cmp.Or(c.RecoveryProbeInterval, DefaultRecoveryProbeInterval)

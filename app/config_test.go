@@ -39,6 +39,7 @@ func TestParseConfigReadsEveryField(t *testing.T) {
 	assert.Equal(t, "redis://127.0.0.1:6379/0", cfg.RedisURL)
 	assert.Equal(t, app.Secret(testSecret), cfg.HMACSecret)
 	assert.Equal(t, 40*time.Millisecond, cfg.StoreTimeout)
+	assert.Equal(t, 800*time.Millisecond, cfg.ShedAfter)
 	assert.Equal(t, 5*time.Second, cfg.ProbeInterval)
 	assert.Equal(t, 500*time.Millisecond, cfg.RecoveryProbeInterval)
 	assert.Equal(t, time.Second, cfg.ProbeTimeout, "default probe timeout")
@@ -276,6 +277,7 @@ func TestConfigRules(t *testing.T) {
 		{"bad degraded action", func(c *app.Config) { c.Degraded.Auth = 9 }, "degraded.auth", "unknown value"},
 		{"probe timeout over interval", func(c *app.Config) { c.ProbeInterval, c.ProbeTimeout = time.Second, 2*time.Second }, "probe_timeout", "probe_interval"},
 		{"store timeout too long", func(c *app.Config) { c.StoreTimeout = time.Minute }, "store_timeout", "at most"},
+		{"shed bound too long", func(c *app.Config) { c.ShedAfter = time.Hour }, "shed_after", "at most"},
 		{"bad redis url", func(c *app.Config) { c.RedisURL = "not a url" }, "redis_url", "URL"},
 		{"bad facade degraded", func(c *app.Config) { c.Facade.Degraded = 9 }, "facade.degraded", "unknown value"},
 		{"facade window without period", func(c *app.Config) {
@@ -442,4 +444,16 @@ func TestParseConfigIsLinearOnAdversarialFiles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestShedAfterDefaults: shed_after defaults to 1 s, and a value below the
+// store deadline (set, or left from an earlier WithDefaults) counts as
+// the store deadline.
+func TestShedAfterDefaults(t *testing.T) {
+	assert.Equal(t, app.DefaultShedAfter, app.Config{}.WithDefaults().ShedAfter)
+	assert.Equal(t, 2*time.Second, app.Config{StoreTimeout: 2 * time.Second}.WithDefaults().ShedAfter)
+	c := app.Config{}.WithDefaults()
+	c.StoreTimeout = 3 * time.Second
+	assert.Equal(t, 3*time.Second, c.WithDefaults().ShedAfter)
+	assert.Equal(t, 300*time.Millisecond, app.Config{ShedAfter: 300 * time.Millisecond}.WithDefaults().ShedAfter)
 }

@@ -23,6 +23,13 @@ import (
 type storeContext struct {
 	parent   context.Context
 	deadline time.Time
+	// With lag set (storeTime), the armed context counts the store's
+	// time (storetime.go) from start, shed at shedAt; without, it is
+	// context.WithDeadline(parent, deadline).
+	lag    *lagMeter
+	start  time.Time
+	shedAt time.Time
+	st     *storeTime
 
 	// armed is set once actx, the context.WithDeadline that stands in for
 	// this one, and its cancel are, under mu: a reader that sees it set
@@ -44,6 +51,22 @@ func newStoreContext(parent context.Context, deadline time.Time) *storeContext {
 	return &storeContext{parent: parent, deadline: deadline}
 }
 
+// storeTime makes the armed context count the store's time from start
+// (storetime.go), shed at shedAt, where deadline is start + the budget.
+func (c *storeContext) storeTime(lag *lagMeter, start, shedAt time.Time) *storeContext {
+	c.lag, c.start, c.shedAt = lag, start, shedAt
+	return c
+}
+
+// why is why the armed store-time context ended (endNone when it was
+// not armed, or counts no store time); call it after stop.
+func (c *storeContext) why() int32 {
+	if !c.armed.Load() || c.st == nil {
+		return endNone
+	}
+	return c.st.why.Load()
+}
+
 // arm returns the standard context that stands in for c, creating it on
 // the first call.
 func (c *storeContext) arm() context.Context {
@@ -55,7 +78,12 @@ func (c *storeContext) arm() context.Context {
 	if c.armed.Load() {
 		return c.actx
 	}
-	c.actx, c.acancel = context.WithDeadline(c.parent, c.deadline)
+	if c.lag != nil {
+		c.st = newStoreTime(c.parent, c.lag, c.start, c.deadline.Sub(c.start), c.shedAt)
+		c.actx, c.acancel = c.st, func() { c.st.stop() }
+	} else {
+		c.actx, c.acancel = context.WithDeadline(c.parent, c.deadline)
+	}
 	if c.stopped.Load() {
 		c.acancel()
 	}

@@ -40,7 +40,14 @@
 // when the primary store did not decide (breaker open, failure, timeout)
 // and the degraded matrix did; a degraded decision may still pass (a read
 // bypassing under its cap, or local enforcement), but its counts are this
-// instance's alone (Source). Config.StoreTimeout is the one store deadline.
+// instance's alone (Source). Config.StoreTimeout is the one store deadline,
+// and it counts the store's time: time the service itself could not run,
+// or spent queued behind a coalesced call, is not Redis' (docs/adr/008).
+// A decision that waited for the store past Config.ShedAfter, or whose
+// caller gave up, is refused (DeniedDegraded, cause overloaded or
+// caller_gone), never bypassed. A store's own capabilities (the Redis
+// store's per-node prober and memory check: ports.HealthProber,
+// ports.MemoryChecker) come without naming them in Deps.
 //
 // # Rules kept
 //

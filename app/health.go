@@ -16,12 +16,9 @@ const maxLoopErrors = 8
 // MemoryCheck is a boot check (docs/adr/005): it compares the
 // store's memory ceiling (Redis maxmemory) with budgetBytes and returns a
 // warning for each problem (below the budget, unreadable, evicting). err is
-// for a check that cannot run at all. With the Redis adapter:
-//
-//	func(ctx context.Context, b int64) ([]string, error) {
-//		r, err := store.CheckMaxMemory(ctx, b)
-//		return r.Warnings, err
-//	}
+// for a check that cannot run at all. A store that can check itself
+// (ports.MemoryChecker: the Redis adapter) is checked without one: set
+// Deps.MemoryCheck only to check something else.
 type MemoryCheck func(ctx context.Context, budgetBytes int64) (warnings []string, err error)
 
 // healthLoop probes the store on every tick of the clock until Close.
@@ -96,18 +93,62 @@ func (l *Limiter) stopTicker() {
 // (a failed probe is an event, not an error). The health loop calls it on
 // every interval; tests and boot code may call it too.
 //
-// A probe has Config.ProbeTimeout, and no more than Config.StoreTimeout:
-// a store too slow to answer a decision in time is not healthy, and
-// counting it healthy would close the breaker only for the next decisions
-// to miss their deadline and open it again, over and over
-// (docs/adr/005).
+// A probe has Config.ProbeTimeout, and no more than Config.StoreTimeout
+// of the store's time: a store too slow to answer a decision in time is
+// not healthy, and counting it healthy would close the breaker only for
+// the next decisions to miss their deadline and open it again, over and
+// over (docs/adr/005). As for a decision, time the service itself could
+// not run is not the store's (docs/adr/008): a probe that the service
+// was too starved to complete within Config.ProbeTimeout, while the store
+// had less than its budget, proves nothing and moves no machine; nor
+// does a node's missed deadline while the service stalled for half a
+// deadline during the round, or while the node answered a decision.
 func (l *Limiter) ProbeOnce(ctx context.Context) (domain.SystemState, error) {
 	l.probeMu.Lock()
 	defer l.probeMu.Unlock()
-	pctx, cancel := context.WithTimeout(ctx, min(l.cfg.ProbeTimeout, l.cfg.StoreTimeout))
+	budget := min(l.cfg.ProbeTimeout, l.cfg.StoreTimeout)
+	start := time.Now()
+	answered := l.answeredByNode()
+	pctx := newStoreTime(ctx, l.lag, start, budget, start.Add(max(l.cfg.ProbeTimeout, budget)))
 	res := l.probe(pctx)
-	cancel()
-	return l.applyProbes(ctx, res)
+	stalled := pctx.lagged() >= budget/2
+	if pctx.stop() == endShed {
+		return l.SystemState(), nil
+	}
+	return l.applyProbes(ctx, l.withoutMisses(res, stalled, answered))
+}
+
+// answeredByNode is each known node's count of successful store calls.
+func (l *Limiter) answeredByNode() map[string]uint64 {
+	nodes := *l.nodes.Load()
+	out := make(map[string]uint64, len(nodes))
+	for name, n := range nodes {
+		out[name] = n.answered.Load()
+	}
+	return out
+}
+
+// withoutMisses drops from a probe round the nodes that failed by a
+// missed deadline when the miss proves nothing of the store: the round
+// ran while the service itself stalled for half a deadline (as for a
+// confirming probe, docs/adr/008), or the node answered a decision's
+// store call meanwhile (it serves; the probe waited behind the service's
+// own work). Answers and refusals stay.
+func (l *Limiter) withoutMisses(res probeResults, stalled bool, before map[string]uint64) probeResults {
+	kept := res.probes[:0:0]
+	nodes := *l.nodes.Load()
+	for _, p := range res.probes {
+		if p.Err != nil && (errors.Is(p.Err, context.DeadlineExceeded) || errors.Is(p.Err, domain.ErrStoreTimeout)) {
+			n, known := nodes[p.Node]
+			if stalled || (known && n.answered.Load() != before[p.Node]) {
+				res.all = false
+				continue
+			}
+		}
+		kept = append(kept, p)
+	}
+	res.probes = kept
+	return res
 }
 
 // probe runs the Prober: per node when it can (ports.NodeProber).
@@ -182,6 +223,7 @@ func (l *Limiter) Close() error {
 		l.stopLoop()
 	})
 	l.wg.Wait()
+	l.lag.close()
 	l.loopMu.Lock()
 	defer l.loopMu.Unlock()
 	errs := l.loopErrs

@@ -26,15 +26,19 @@ type Deps struct {
 	// Clock tells time and drives the health loop. nil means
 	// ports.SystemClock.
 	Clock ports.Clock
-	// Prober checks the primary store's health. nil means a prober that
-	// peeks a reserved key of Store (consuming nothing).
+	// Prober checks the primary store's health. nil means the store's own
+	// (ports.HealthProber: the Redis adapter's probes each node, so that
+	// a dead master opens the breaker of its own slots only), else a
+	// prober that peeks a reserved key of Store (consuming nothing).
 	Prober ports.Prober
 	// Recorder observes every decision, transition, store call and reset.
 	// Required: production services use adapters/otel; tests and
 	// benchmarks may use ports/recordertest.
 	Recorder ports.Recorder
-	// MemoryCheck, when set, checks the store's memory ceiling against
-	// Config.RedisMemoryBudgetMB at boot (see Limiter.Warnings).
+	// MemoryCheck checks the store's memory ceiling against
+	// Config.RedisMemoryBudgetMB at boot (see Limiter.Warnings). nil means
+	// the store's own (ports.MemoryChecker: the Redis adapter's reads
+	// maxmemory and its policy on every node), else none.
 	MemoryCheck MemoryCheck
 }
 
@@ -95,9 +99,12 @@ type Limiter struct {
 	// storeWaits is set once the primary store has waited on a call's
 	// deadline (callStore).
 	storeWaits atomic.Bool
-	prober     ports.Prober
-	rec        ports.Recorder
-	tracer     ports.DecisionTracer // nil unless rec traces
+	// lag measures the time the service could not run, which the store
+	// deadline gives back (storetime.go).
+	lag    *lagMeter
+	prober ports.Prober
+	rec    ports.Recorder
+	tracer ports.DecisionTracer // nil unless rec traces
 
 	// Health: one machine per node of the store (breaker.go); state is
 	// the instance's, the worst node's, for the hot path.
@@ -172,6 +179,7 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 		facade:    fp,
 		done:      make(chan struct{}),
 		afterTick: afterTick,
+		lag:       newLagMeter(),
 
 		tickerChanged: make(chan struct{}, 1),
 	}
@@ -189,7 +197,16 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 	}
 	_, l.systemClock = l.clock.(ports.SystemClock)
 	if l.prober == nil {
-		l.prober = storeProber{store: deps.Store, clock: l.clock}
+		if hp, ok := deps.Store.(ports.HealthProber); ok {
+			l.prober = hp.HealthProber()
+		} else {
+			l.prober = storeProber{store: deps.Store, clock: l.clock}
+		}
+	}
+	if deps.MemoryCheck == nil {
+		if mc, ok := deps.Store.(ports.MemoryChecker); ok {
+			deps.MemoryCheck = mc.CheckMemory
+		}
 	}
 	l.state.Store(uint32(domain.Healthy))
 	l.probeState.init(cfg.ClearingProbes, l.prober, l.rec)
@@ -530,14 +547,24 @@ func heldRefused(ev *evaluation, res *domain.Result) bool {
 }
 
 // failed decides ev after its store call failed with err: a request the
-// store refused by shape is RejectedInvalidContext, any other failure
-// goes to the degraded matrix.
+// store refused by shape is RejectedInvalidContext; a caller that gave up
+// and an instance past its shed bound are refused without the degraded
+// matrix (never a bypass: shed); any other failure goes to the degraded
+// matrix.
 func (l *Limiter) failed(ctx context.Context, ev *evaluation, err error) {
 	var le *domain.LimitError
 	if errors.As(err, &le) || errors.Is(err, domain.ErrCrossSlot) {
 		// The store refused the request's shape: a defect, not an outage, so
 		// the breaker does not count it.
 		ev.d.State, ev.d.Cause, ev.err = domain.RejectedInvalidContext, domain.CauseInvalidLimit, err
+		return
+	}
+	switch {
+	case errors.Is(err, ErrOverloaded):
+		l.shed(ev, domain.CauseOverloaded, err)
+		return
+	case ctx.Err() != nil || errors.Is(err, context.Canceled):
+		l.shed(ev, domain.CauseCallerGone, err)
 		return
 	}
 	if cause, ok := requestFault(err); ok {
@@ -550,6 +577,25 @@ func (l *Limiter) failed(ctx context.Context, ev *evaluation, err error) {
 		cause = domain.CauseStoreTimeout
 	}
 	l.degraded(ctx, ev, cause, err)
+}
+
+// shed decides ev without the store's answer and without the degraded
+// matrix (docs/adr/008): from what is known, a refusal the store gave
+// moments ago for the same key set (the refusal cache, which other
+// decisions may have filled while this one waited), else a refusal with
+// cause: the instance is overloaded, or the caller gave up. It never
+// admits: the limits hold whatever the load.
+func (l *Limiter) shed(ev *evaluation, cause domain.Cause, err error) {
+	if l.refusals.repeat(ev) {
+		ev.err = err
+		return
+	}
+	ev.err = err
+	ev.d.Windows = domain.WindowChecks{}
+	ev.deny(cause, 0)
+	ev.d.Degraded = true
+	ev.d.Source = domain.SourceNone
+	ev.d.SystemState = l.SystemState()
 }
 
 // evaluateStore decides ev on the primary store: coalesced with the
@@ -569,39 +615,54 @@ func (l *Limiter) evaluateStore(ctx context.Context, ev *evaluation) (domain.Res
 }
 
 // callStore calls the primary store under the one store deadline and
-// records the call. Every failure comes back classified: a missed
-// deadline, whoever set it, wraps domain.ErrStoreTimeout.
+// records the call. Every failure comes back classified: a store deadline
+// missed wraps domain.ErrStoreTimeout; a call still unanswered at the shed
+// bound wraps ErrOverloaded; a caller that gave up keeps its context's
+// error. The store deadline counts the store's time only (storetime.go,
+// docs/adr/008): the time the service could not run is given back.
 func (l *Limiter) callStore(ctx context.Context, ev *evaluation, op ports.StoreOp) (domain.Result, time.Time, error) {
 	limits := ev.limits[:ev.n]
 	start := l.clock.Now()
-	deadline := l.wall(start).Add(l.cfg.StoreTimeout)
+	wallStart := l.wall(start)
 	var res domain.Result
 	var err error
 	var end time.Time
+	why := endNone
 	if l.storeWaits.Load() {
-		// A store that waits on the deadline (Redis) arms any context: the
-		// standard one costs it less than storeContext armed.
-		sctx, cancel := context.WithDeadline(ctx, deadline)
+		// A store that waits on the deadline (Redis) gets the store-time
+		// context.
+		sctx := newStoreTime(ctx, l.lag, wallStart, l.cfg.StoreTimeout, wallStart.Add(l.cfg.ShedAfter))
 		res, err = l.storeCall(sctx, op, ev, limits)
 		end = l.clock.Now()
-		cancel()
+		why = sctx.stop()
 	} else {
 		// The deadline's timer starts only if the store waits on it
-		// (deadline.go); if it does, the next calls take the standard
+		// (deadline.go); if it does, the next calls take the store-time
 		// context.
-		sctx := newStoreContext(ctx, deadline)
+		sctx := newStoreContext(ctx, wallStart.Add(l.cfg.StoreTimeout)).storeTime(l.lag, wallStart, wallStart.Add(l.cfg.ShedAfter))
 		res, err = l.storeCall(sctx, op, ev, limits)
 		end = l.clock.Now()
 		sctx.stop(l.wall(end))
+		why = sctx.why()
 		if sctx.armed.Load() {
 			l.storeWaits.Store(true)
 		}
 	}
 	ev.latency = end.Sub(start)
 	ev.madeCall, ev.callStart = true, start
-	err = classify(err)
+	err = classifyEnd(err, why)
 	l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: op, Start: start, Latency: ev.latency, Keys: ev.n, Err: err})
 	return res, start, err
+}
+
+// classifyEnd is classify for a call whose store-time context ended for
+// why: past the shed bound, the failure is the instance's overload, not
+// the store's.
+func classifyEnd(err error, why int32) error {
+	if err != nil && why == endShed {
+		return fmt.Errorf("%w: %w", ErrOverloaded, err)
+	}
+	return classify(err)
 }
 
 // storeCall is one call of the primary store; a reservation keeps its

@@ -356,14 +356,26 @@ func TestStoreTimeoutAndDefects(t *testing.T) {
 		assert.False(t, r.l.BreakerOpen(), "a defect is not an outage")
 	})
 	t.Run("caller gone", func(t *testing.T) {
+		// Refused with a cause of its own, never the degraded matrix: a
+		// read route, whose matrix bypasses, is refused too (docs/adr/008).
 		r := newRig(t, nil)
 		r.store.mode.Store(hang)
-		for range 10 {
-			ctx, cancel := context.WithCancel(context.Background())
+		for _, route := range []string{routeLogin, routeRead} {
+			for range 5 {
+				ctx, cancel := context.WithCancel(context.Background())
+				cancel()
+				d, err := r.l.Evaluate(ctx, app.Request{Route: route, ClientIP: rawIP, User: rawUser})
+				require.NoError(t, err)
+				assert.Equal(t, domain.DeniedDegraded, d.State, route)
+				assert.Equal(t, domain.CauseCallerGone, d.Cause, route)
+				assert.True(t, d.Degraded)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+			d, err := r.l.Evaluate(ctx, app.Request{Route: route, ClientIP: rawIP, User: rawUser})
 			cancel()
-			d, err := r.l.Evaluate(ctx, app.Request{Route: routeLogin, ClientIP: rawIP})
 			require.NoError(t, err)
-			assert.Equal(t, domain.DeniedDegraded, d.State)
+			assert.Equal(t, domain.DeniedDegraded, d.State, "%s: the caller's deadline, before the store's", route)
+			assert.Equal(t, domain.CauseCallerGone, d.Cause, route)
 		}
 		assert.False(t, r.l.BreakerOpen(), "a caller that gave up does not count against the store")
 	})

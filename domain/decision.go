@@ -70,13 +70,24 @@ const (
 	// (e.g. user windows only, and an anonymous request): nothing was
 	// counted, and the request is Allowed.
 	CauseNoWindow Cause = "no_window"
+	// CauseOverloaded: the instance is saturated: the decision waited
+	// past app.Config.ShedAfter for its store call to be dispatched and
+	// answered, and was refused (DeniedDegraded) without the degraded
+	// matrix, whatever the route family: shedding never admits past a
+	// limit (docs/adr/008-failure-classes-and-breaker.md).
+	CauseOverloaded Cause = "overloaded"
+	// CauseCallerGone: the caller's own context ended (its deadline or a
+	// cancellation) before the store answered; the decision is refused
+	// (DeniedDegraded), never a bypass (docs/adr/008).
+	CauseCallerGone Cause = "caller_gone"
 )
 
 // Causes lists every Cause, for metric pre-registration and tests.
 func Causes() []Cause {
 	return []Cause{CauseNone, CauseLimitExceeded, CauseRouteInvalid, CauseIPUnresolved,
 		CauseDimensionInvalid, CauseProfileMissing, CauseStoreUnavailable, CauseStoreTimeout,
-		CauseBreakerOpen, CauseLocalCapExceeded, CauseLocalLimit, CauseInvalidLimit, CauseStoreValue, CauseNoWindow}
+		CauseBreakerOpen, CauseLocalCapExceeded, CauseLocalLimit, CauseInvalidLimit, CauseStoreValue, CauseNoWindow,
+		CauseOverloaded, CauseCallerGone}
 }
 
 // Layer names one layer of the dual-layer (ADR-002) check.

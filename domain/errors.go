@@ -32,6 +32,11 @@ const (
 	// interpret (a wrong type, a malformed or out-of-range value written by
 	// something other than sluice): that request's fault, never an outage.
 	CodeStoreValue Code = "ERR-STORE-05"
+	// CodeOverloaded marks a decision the instance shed: it waited for the
+	// store past its bound (app.Config.ShedAfter) while the store had less
+	// than its deadline. The instance is saturated, not the store
+	// (docs/adr/008).
+	CodeOverloaded Code = "ERR-SHED-01"
 )
 
 // Sentinel errors. Match them with errors.Is; the typed errors below wrap
@@ -55,6 +60,10 @@ var (
 	ErrCrossSlot = errors.New("sluice: keys span more than one hash slot")
 	// ErrStoreValue is wrapped by every *StoreValueError.
 	ErrStoreValue = errors.New("sluice: stored value cannot be interpreted")
+	// ErrOverloaded is wrapped by the error of a decision the instance
+	// shed (CodeOverloaded): it may wrap the store call's own timeout,
+	// which the shed bound, not the store deadline, ended.
+	ErrOverloaded = errors.New("sluice: instance overloaded: no store answer within shed_after")
 	// ErrInvalidTransition is returned when a health transition that the
 	// machine does not list is asked for.
 	ErrInvalidTransition = errors.New("sluice: invalid health transition")
@@ -67,6 +76,8 @@ func CodeOf(err error) Code {
 		return ce.Code()
 	}
 	switch {
+	case errors.Is(err, ErrOverloaded):
+		return CodeOverloaded
 	case errors.Is(err, ErrStoreTimeout):
 		return CodeStoreTimeout
 	case errors.Is(err, ErrCrossSlot):

@@ -54,3 +54,25 @@ type NodeRecorder interface {
 	// machine. node is "" for a store of one node.
 	RecordNodeTransition(ctx context.Context, node string, change domain.StateChange, at time.Time) error
 }
+
+// HealthProber is an optional capability of a Store, found by type
+// assertion: the store's own health check, with every capability it has
+// (a NodeProber for a store of several nodes, such as the Redis
+// adapter's). app.Limiter probes through it when it is given no Prober,
+// so that the documented wiring (a Store, a Fallback, a Recorder) gets
+// per-node health by default.
+type HealthProber interface {
+	// HealthProber returns the store's Prober. It may read the store's
+	// topology once (I/O, under a bound of its own).
+	HealthProber() Prober
+}
+
+// MemoryChecker is an optional capability of a Store, found by type
+// assertion: it compares the store's memory ceiling with a budget at
+// boot. app.Limiter runs it when it is given no MemoryCheck.
+type MemoryChecker interface {
+	// CheckMemory returns a warning for each problem (a ceiling below
+	// budgetBytes, unreadable, or a policy that evicts keys); err is for
+	// a check that cannot run at all.
+	CheckMemory(ctx context.Context, budgetBytes int64) (warnings []string, err error)
+}

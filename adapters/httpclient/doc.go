@@ -37,9 +37,12 @@
 // Transport feeds it back in two ways, then returns the response as is
 // (Config.Retries sends it again first, when its body can be replayed):
 //
-//   - This Transport sends nothing before the Retry-After has passed: its
-//     callers wait, on the Limiter's clock, with the same deadline rule
-//     as Wait.
+//   - This Transport sends nothing before the Retry-After (plus
+//     Config.Margin) has passed: its callers wait, on the Limiter's clock,
+//     with the same deadline rule as Wait, including those already inside
+//     Wait when the refusal arrived (a decision that passes inside the
+//     hold is not sent: the caller waits out the hold, then on the quota
+//     again). A request already handed to Config.Next cannot be recalled.
 //   - The quota's remaining units are spent on the shared store (one
 //     Evaluate of 1 unit, then of what it reports remaining, a few times
 //     over while other replicas spend too), so every replica's next
@@ -62,4 +65,26 @@
 // is charged too: conservative, never more permissive. Every store call
 // is an ordinary recorded decision: the drain shows in the metrics as
 // allowed decisions of the route.
+//
+// # Margin
+//
+// The store counts decisions at the instants it makes them; the upstream
+// counts arrivals at the instants it reads them: some milliseconds later
+// (the store's answer, a connection set up, the scheduler of two busy
+// processes), and not the same for every request. Five decisions in a
+// second can be six arrivals in one of the upstream's seconds. Keep a
+// margin (Config.Margin, default 100 ms): make the quota's window the
+// upstream's period plus the margin (5 per 1.1 s for 5 per second; for a
+// quota per minute, 100 ms is nothing), and a hold lasts the Retry-After
+// plus the margin. Any arrivals moved by up to the margin then stay
+// within the upstream's quota. Measured (TestMarginKeepsArrivalsWithinQuota,
+// three replicas of four workers on one Redis, an upstream that allows 5
+// per second and counts a sliding second): with the margin, at most 5
+// arrivals in any second and no 429 (5 runs of 2 s); with the window at
+// exactly 1 s, 5 to 8 in one second and up to 3 429s per run: waiting
+// workers decide together as units leave the window, so the decisions
+// of two windows sit a hair apart, and a millisecond of delay puts both
+// in one of the upstream's seconds. The connections to the upstream
+// were set up before the runs: a connection set up on loaded cores can
+// move an arrival by more than 100 ms.
 package httpclient

@@ -35,6 +35,8 @@ type Identity struct {
 const (
 	// DefaultMaxHold bounds the hold an upstream's Retry-After may impose.
 	DefaultMaxHold = time.Minute
+	// DefaultMargin is the safety margin of Config.Margin.
+	DefaultMargin = 100 * time.Millisecond
 	// drainAttempts bounds the store calls one hold spends draining the
 	// quota while other replicas spend it too.
 	drainAttempts = 4
@@ -71,6 +73,17 @@ type Config struct {
 	// Clock tells time for the local hold; it must be the Limiter's. nil
 	// means ports.SystemClock.
 	Clock ports.Clock
+	// Margin is the safety margin between the instants sluice decides
+	// and those the upstream sees (default DefaultMargin; negative means
+	// none): a request reaches the upstream some time after its quota
+	// decision (the store's answer, the connection, the scheduler), and
+	// not always the same time. An upstream hold lasts the Retry-After
+	// plus Margin. Configure the quota's window likewise: the upstream's
+	// period plus Margin (5 per 1.1 s for an upstream that allows 5 per
+	// second), so that an upstream that counts arrivals sees at most its
+	// quota in any of its periods however the arrivals move, up to
+	// Margin (see the package documentation, "Margin").
+	Margin time.Duration
 }
 
 // Validate reports a *domain.ConfigError for a configuration New refuses.
@@ -140,6 +153,7 @@ func New(lim Waiter, cfg Config) (*Transport, error) {
 		cfg.HoldStatuses = []int{http.StatusTooManyRequests, http.StatusServiceUnavailable}
 	}
 	cfg.MaxHold = cmp.Or(cfg.MaxHold, DefaultMaxHold)
+	cfg.Margin = cmp.Or(cfg.Margin, DefaultMargin)
 	t := &Transport{lim: lim, cfg: cfg, clock: cfg.Clock}
 	if t.clock == nil {
 		t.clock = ports.SystemClock{}
@@ -190,20 +204,37 @@ func (t *Transport) request(r *http.Request) app.Request {
 	return req
 }
 
-// wait sleeps out the local hold, then waits on the shared quota.
+// wait sleeps out the local hold, then waits on the shared quota, until
+// a decision passes with no hold set meanwhile: a request that was inside
+// Limiter.Wait when an upstream hold arrived waits out the hold, then
+// waits on the quota again (the unit it spent is lost: the quota only
+// ever gets stricter), so that nothing of this Transport is sent inside
+// the hold.
 func (t *Transport) wait(ctx context.Context, req app.Request) error {
-	if until := t.holdUntil.Load(); until != 0 {
-		if d := time.Duration(until-t.clock.Now().UnixMicro()) * time.Microsecond; d > 0 {
+	for {
+		if d := t.held(); d > 0 {
 			if err := t.sleep(ctx, d); err != nil {
 				return &WaitError{Err: err}
 			}
 		}
+		d, err := t.lim.Wait(ctx, req)
+		if err != nil {
+			return &WaitError{Decision: d, Err: err}
+		}
+		if t.held() > 0 {
+			continue
+		}
+		return nil
 	}
-	d, err := t.lim.Wait(ctx, req)
-	if err != nil {
-		return &WaitError{Decision: d, Err: err}
+}
+
+// held is how long this Transport's hold still lasts (0 or less: none).
+func (t *Transport) held() time.Duration {
+	until := t.holdUntil.Load()
+	if until == 0 {
+		return 0
 	}
-	return nil
+	return time.Duration(until-t.clock.Now().UnixMicro()) * time.Microsecond
 }
 
 // sleep waits d on the clock; like Limiter.Wait, it returns at once when
@@ -245,11 +276,11 @@ func (t *Transport) holdOf(resp *http.Response) (time.Duration, bool) {
 }
 
 // hold keeps the quota shut after an upstream hold of d: this Transport
-// sends nothing before now + d, and the quota's remaining units are spent
+// sends nothing before now + d + Margin, and the quota's remaining units are spent
 // on the shared store, so every replica waits until they leave their
 // windows (see the package documentation).
 func (t *Transport) hold(ctx context.Context, req app.Request, d time.Duration) {
-	until := t.clock.Now().Add(d).UnixMicro()
+	until := t.clock.Now().Add(d + max(t.cfg.Margin, 0)).UnixMicro()
 	for {
 		cur := t.holdUntil.Load()
 		if cur >= until || t.holdUntil.CompareAndSwap(cur, until) {

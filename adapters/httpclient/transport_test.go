@@ -163,7 +163,9 @@ func settle(t *testing.T, clock *fakeclock.Clock, cs []*caller) {
 
 func newClient(t *testing.T, lim *app.Limiter, clock *fakeclock.Clock, mutate func(*httpclient.Config)) *http.Client {
 	t.Helper()
-	cfg := httpclient.Config{Route: route, Clock: clock}
+	// No margin unless the test sets one: the hold tests step the fake
+	// clock by whole Retry-Afters.
+	cfg := httpclient.Config{Route: route, Clock: clock, Margin: -1}
 	if mutate != nil {
 		mutate(&cfg)
 	}

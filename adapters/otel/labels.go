@@ -61,7 +61,7 @@ const (
 )
 
 // outcomes are the outcome label's values for store calls.
-var outcomes = [...]string{"ok", "store_unavailable", "store_timeout", "invalid_limit", "cross_slot", "canceled", "error"}
+var outcomes = [...]string{"ok", "store_unavailable", "store_timeout", "invalid_limit", "cross_slot", "canceled", "overloaded", "error"}
 
 func familyIndex(f domain.RouteFamily) int {
 	if f <= domain.FamilyCostly {
@@ -250,6 +250,8 @@ func outcomeIndex(err error) int {
 		return 3
 	case domain.CodeCrossSlot:
 		return 4
+	case domain.CodeOverloaded:
+		return 6
 	}
 	switch {
 	case errors.Is(err, context.Canceled):

@@ -167,17 +167,21 @@ func TestBurstOpensNoBreaker(t *testing.T) {
 				mu.Unlock()
 			})
 		}
+		began := time.Now()
 		close(start)
 		wg.Wait()
-		// The store counts exactly: 5 admitted, unless some calls missed
-		// their deadline (one may have been counted, the degraded matrix
-		// then decided it) or the breaker opened.
+		// The store counts exactly: 5 admitted per second of the burst
+		// (a burst on loaded cores may outlast the user's 1 s window: the
+		// decisions wait for their store answer, docs/adr/008), unless some
+		// calls missed their deadline (one may have been counted, the
+		// degraded matrix then decided it) or the breaker opened.
+		windows := int64(time.Since(began)/time.Second) + 1
 		adm, deg := rec.admitted.Load(), rec.degraded.Load()
 		degraded += int(deg)
 		switch {
-		case adm > 5 || (deg == 0 && adm != 5):
-			t.Errorf("burst %d: the store admitted %d requests (%d degraded), want exactly the user's burst of 5", b+1, adm, deg)
-		case adm != 5:
+		case adm > 5*windows || (deg == 0 && adm < 5):
+			t.Errorf("burst %d: the store admitted %d requests (%d degraded) over %d of the user's windows, want exactly its burst of 5 per window", b+1, adm, deg, windows)
+		case adm < 5:
 			inexact++
 		}
 	}

@@ -1,6 +1,7 @@
 package drills
 
 import (
+	"os"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -13,4 +14,12 @@ import (
 // thread for the life of the binary, and rueidis' closing of the
 // connections a cluster failover made stale, which it does five seconds
 // later in a goroutine of its own that Close does not stop.
-func TestMain(m *testing.M) { redistest.MainLeakFree(m) }
+//
+// Started with SLUICE_DRILL_HOG set (by startHog, saturation_norace_test.go),
+// the binary is no test run but the drills' CPU hog: it spins and exits.
+func TestMain(m *testing.M) {
+	if v := os.Getenv(hogEnv); v != "" {
+		os.Exit(hog(v))
+	}
+	redistest.MainLeakFree(m)
+}

@@ -41,8 +41,12 @@ func opsCluster(t *testing.T) *redistest.DedicatedCluster {
 		Node: redistest.Config{Args: []string{"--cluster-require-full-coverage", "no"}}})
 }
 
-// opsRig is a Limiter on the cluster with the Redis prober itself (per
-// node health) and a recorder that keeps transitions and node transitions.
+// opsRig is a Limiter on the cluster wired as the app package documents
+// it (app.Deps{Store, Fallback, Recorder}, no Prober: the store's own
+// per-node prober comes by default, ports.HealthProber) and a recorder
+// that keeps transitions and node transitions. The master-lost drill is
+// then issue 27's "a dead master of three with the documented wiring
+// degrades only its slots".
 type opsRig struct {
 	c     *redistest.DedicatedCluster
 	store *redis.Store
@@ -68,7 +72,7 @@ func newOpsRig(t *testing.T, c *redistest.DedicatedCluster, name string) *opsRig
 			User:   []app.WindowConfig{{Name: "sustained", Limit: opsUser, Period: time.Hour}},
 		}})
 	rec := &opsRecorder{}
-	lim := newLimiterDeps(t, cfg, app.Deps{Store: store, Fallback: newFallback(t), Prober: store.Prober(), Recorder: rec})
+	lim := newLimiterDeps(t, cfg, app.Deps{Store: store, Fallback: newFallback(t), Recorder: rec})
 	secret, _ := cfg.SecretBytes()
 	pseud, err := domain.NewPseudonymiser(secret)
 	if err != nil {
