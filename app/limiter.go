@@ -184,6 +184,9 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 		tickerChanged: make(chan struct{}, 1),
 	}
 	l.tracer, _ = deps.Recorder.(ports.DecisionTracer)
+	if do, ok := deps.Recorder.(ports.DeadlineObserver); ok {
+		do.ObserveStoreDeadline(cfg.StoreTimeout)
+	}
 	l.reserver, _ = deps.Store.(ports.Reserver)
 	l.partitioned, _ = deps.Store.(ports.Partitioned)
 	l.fallbackReserver, _ = deps.Fallback.(ports.Reserver)

@@ -292,6 +292,15 @@ type Recorder interface {
 	RecordReset(ctx context.Context, rec ResetRecord) error
 }
 
+// DeadlineObserver is an optional capability of a Recorder, found by
+// type assertion: app.New tells it the store deadline the Limiter keeps
+// (Config.StoreTimeout), so that a Recorder exporting it (the otel
+// adapter's store_deadline_seconds, which the store-latency alert
+// compares with) needs no second setting that could disagree.
+type DeadlineObserver interface {
+	ObserveStoreDeadline(d time.Duration)
+}
+
 // DecisionTracer is an optional capability of a Recorder, found by type
 // assertion. The Limiter calls StartDecision when a decision begins and
 // uses the returned context for the store calls, the RecordStoreCall and

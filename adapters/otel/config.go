@@ -69,8 +69,10 @@ type Config struct {
 	// chosen again (default 10 minutes).
 	TenantEpoch time.Duration
 	// StoreDeadline is exported as store_deadline_seconds, so the alert on
-	// the store's p99 compares with the deadline actually configured: pass
-	// app.Config.StoreTimeout (default app.DefaultStoreTimeout).
+	// the store's p99 compares with the deadline actually configured
+	// (default app.DefaultStoreTimeout). A Limiter built on this Recorder
+	// replaces it with its own Config.StoreTimeout (ports.DeadlineObserver),
+	// so it need not be set.
 	StoreDeadline time.Duration
 	// LatencyBuckets are the store latency histogram's bucket bounds in
 	// seconds, strictly increasing (default DefaultLatencyBuckets).

@@ -6,12 +6,12 @@
 // serves them:
 //
 //	rec, err := otel.New(otel.Config{
-//		InstanceID:    cfg.InstanceID,   // app.Config, defaults applied
-//		StoreDeadline: cfg.StoreTimeout,
-//		Registry:      registry,         // nil: Prometheus' default registry
-//		AppLog:        appLogger,        // *slog.Logger: no raw ip, identifier or route
-//		AuditLog:      auditLogger,      // *slog.Logger: security audit
+//		InstanceID: cfg.InstanceID, // app.Config, defaults applied
+//		Registry:   registry,       // nil: Prometheus' default registry
+//		AppLog:     appLogger,      // *slog.Logger: no raw ip, identifier or route
+//		AuditLog:   auditLogger,    // *slog.Logger: security audit
 //	})
+//	// The Limiter tells rec its store deadline (store_deadline_seconds).
 //	lim, err := app.New(cfg, app.Deps{Store: store, Fallback: fallback, Recorder: rec})
 //	mux.Handle("GET /metrics", rec.Handler())
 //

@@ -46,6 +46,10 @@ type Recorder struct {
 	tsets       *transitionSets
 	tenants     *tenantSeries
 
+	// deadline is the store deadline exported as store_deadline_seconds,
+	// in nanoseconds: Config.StoreDeadline until a Limiter says its own
+	// (ObserveStoreDeadline).
+	deadline atomic.Int64
 	// state mirrors the health machine from the transitions recorded; a
 	// Limiter starts HEALTHY.
 	state atomic.Uint32
@@ -54,9 +58,19 @@ type Recorder struct {
 }
 
 var (
-	_ ports.Recorder       = (*Recorder)(nil)
-	_ ports.DecisionTracer = (*Recorder)(nil)
+	_ ports.Recorder         = (*Recorder)(nil)
+	_ ports.DecisionTracer   = (*Recorder)(nil)
+	_ ports.DeadlineObserver = (*Recorder)(nil)
 )
+
+// ObserveStoreDeadline implements ports.DeadlineObserver: app.New calls
+// it with the Limiter's store deadline, which store_deadline_seconds
+// exports from then on, whatever Config.StoreDeadline said.
+func (r *Recorder) ObserveStoreDeadline(d time.Duration) {
+	if d > 0 {
+		r.deadline.Store(int64(d))
+	}
+}
 
 // New validates cfg, registers the exporter on cfg.Registry and creates
 // the instruments. A bad configuration is a *domain.ConfigError.
@@ -67,6 +81,7 @@ func New(cfg Config) (*Recorder, error) {
 	cfg = cfg.withDefaults()
 	var reg prometheus.Registerer = prometheus.DefaultRegisterer
 	r := &Recorder{cfg: cfg, gatherer: prometheus.DefaultGatherer}
+	r.deadline.Store(int64(cfg.StoreDeadline))
 	if cfg.Registry != nil {
 		reg, r.gatherer = cfg.Registry, cfg.Registry
 	}
@@ -150,7 +165,7 @@ func (r *Recorder) instruments(instance attribute.KeyValue) error {
 		}
 		// The breaker is closed only while HEALTHY.
 		o.ObserveInt64(breaker, boolInt(cur != domain.Healthy), instOpt)
-		o.ObserveFloat64(deadline, r.cfg.StoreDeadline.Seconds(), instOpt)
+		o.ObserveFloat64(deadline, time.Duration(r.deadline.Load()).Seconds(), instOpt)
 		r.dsets.observe(func(v int64, opts ...metric.ObserveOption) { o.ObserveInt64(decisions, v, opts...) })
 		r.tenants.observe(func(v int64, opts ...metric.ObserveOption) { o.ObserveInt64(rejected, v, opts...) })
 		r.observeNodes(o, nodeState, instance)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/adapters/otel"
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/domain"
 )
@@ -156,4 +157,16 @@ func TestStoreLatencyBuckets(t *testing.T) {
 	// The fake clock does not move during the call: a zero latency, in
 	// the first bucket.
 	assert.Equal(t, uint64(1), h.GetBucket()[0].GetCumulativeCount())
+}
+
+// TestStoreDeadlineFollowsTheLimiter: a Recorder given no StoreDeadline
+// exports the deadline of the Limiter built on it (ports.DeadlineObserver),
+// not the default, so the store-latency alert compares with the deadline
+// the decisions keep.
+func TestStoreDeadlineFollowsTheLimiter(t *testing.T) {
+	cfg := testConfig()
+	cfg.StoreTimeout = 80 * time.Millisecond
+	e := newEnv(t, cfg, func(c *otel.Config) { c.StoreDeadline = 0 })
+	fams := scrape(t, e.srv.URL, "")
+	assert.Equal(t, map[string]float64{"instance_id=" + cfg.InstanceID: 0.08}, series(fams["sluice_store_deadline_seconds"]))
 }

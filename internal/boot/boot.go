@@ -94,11 +94,10 @@ func Recorder(cfg app.Config, w io.Writer) (*otel.Recorder, error) {
 	cfg = cfg.WithDefaults()
 	logs := slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})
 	return otel.New(otel.Config{
-		InstanceID:    cfg.InstanceID,
-		StoreDeadline: cfg.StoreTimeout,
-		Registry:      prometheus.NewRegistry(),
-		AppLog:        slog.New(logs).With("channel", "app"),
-		AuditLog:      slog.New(logs).With("channel", "audit"),
+		InstanceID: cfg.InstanceID,
+		Registry:   prometheus.NewRegistry(),
+		AppLog:     slog.New(logs).With("channel", "app"),
+		AuditLog:   slog.New(logs).With("channel", "audit"),
 	})
 }
 
