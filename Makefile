@@ -23,6 +23,12 @@ deps:
 	@redis-server --version
 	$(GO) mod download
 
+## FIRSTPKGS: the packages that have a benchmark, an allocation test or a
+## ...NoRace test: the race-free pass builds only these (building and
+## linking the others' test binaries, and running their TestMain, which for
+## cmd/ builds the binaries, would cost a cold run a minute for nothing).
+FIRSTPKGS ?= $(if $(filter ./...,$(PKGS)),$(shell grep -rlE '^func (Benchmark|Test[A-Za-z0-9_]*(Allocs|NoRace))' --include='*_test.go' --exclude-dir=bench --exclude-dir=testdata . | xargs -n1 dirname | sort -u),$(PKGS))
+
 ## test: set up, then run every test with the race detector. Integration
 ## tests start their own redis-server processes on loopback ports (or use
 ## REDIS_URL / REDIS_CLUSTER_ADDRS); with CI=true a missing Redis fails.
@@ -33,7 +39,7 @@ deps:
 ## detector; then every fuzz target for a few seconds (fuzz-smoke); then
 ## the bench module's smoke test (bench-smoke).
 test: deps
-	$(GO) test -count=1 -run 'Allocs|NoRace' -bench . -benchtime 1x -timeout 5m $(PKGS)
+	$(GO) test -count=1 -run 'Allocs|NoRace' -bench . -benchtime 1x -timeout 5m $(FIRSTPKGS)
 	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
 	$(MAKE) --no-print-directory fuzz-smoke
 	$(MAKE) --no-print-directory bench-smoke
