@@ -29,6 +29,12 @@ deps:
 ## cmd/ builds the binaries, would cost a cold run a minute for nothing).
 FIRSTPKGS ?= $(if $(filter ./...,$(PKGS)),$(shell grep -rlE '^func (Benchmark|Test[A-Za-z0-9_]*(Allocs|NoRace))' --include='*_test.go' --exclude-dir=bench --exclude-dir=testdata . | xargs -n1 dirname | sort -u),$(PKGS))
 
+## TESTP: how many packages the race pass builds and tests at once. More
+## than the two cores: a package's tests spend most of their time waiting
+## (on Redis processes, timers, failovers) while they hold a slot, and on
+## a cold cache the other packages' builds need it.
+TESTP ?= 4
+
 ## test: set up, then run every test with the race detector. Integration
 ## tests start their own redis-server processes on loopback ports (or use
 ## REDIS_URL / REDIS_CLUSTER_ADDRS); with CI=true a missing Redis fails.
@@ -40,7 +46,7 @@ FIRSTPKGS ?= $(if $(filter ./...,$(PKGS)),$(shell grep -rlE '^func (Benchmark|Te
 ## the bench module's smoke test (bench-smoke).
 test: deps
 	$(GO) test -count=1 -run 'Allocs|NoRace' -bench . -benchtime 1x -timeout 5m $(FIRSTPKGS)
-	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
+	$(GO) test -race -shuffle=on -count=1 -timeout 12m -p $(TESTP) $(PKGS)
 	$(MAKE) --no-print-directory fuzz-smoke
 	$(MAKE) --no-print-directory bench-smoke
 
@@ -94,14 +100,14 @@ bench-http: deps
 	cd bench && $(GO) run ./cmd/sluicebench -command 'make bench-http' \
 		-redis-shapes=false -inproc=false $(BENCHFLAGS)
 
-## bench-smoke: vet the bench module, run its benchmarks once and its
-## tests (every shape for a few hundred requests against a real Redis, and
-## the HTTP load test at two low rates for a second each: the outputs'
-## form, never their speed). make test runs it.
+## bench-smoke: vet the bench module, run its tests (every shape for a
+## few hundred requests against a real Redis, and the HTTP load test at two
+## low rates for a second each: the outputs' form, never their speed) and
+## its benchmarks once, in one pass under the race detector (the module
+## has no allocation test, so one build serves both). make test runs it.
 bench-smoke: deps
 	cd bench && $(GO) vet ./... && \
-		$(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 5m ./... && \
-		$(GO) test -race -shuffle=on -count=1 -timeout 5m ./...
+		$(GO) test -race -shuffle=on -count=1 -bench . -benchtime 1x -timeout 5m ./...
 
 ## bench-go: every Go benchmark of the main module's packages, with
 ## allocations, compared within one run.
