@@ -35,4 +35,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "8280469fd663fc0f42e01b6649634f80fcd3b094"
+const RateLimitV5SHA1 = "cfd13e7e62b9ebe40a6b883bc9120cabaaf1d2ba"

@@ -65,12 +65,11 @@
 --     admission), refunded or charged once by Settle.
 -- A key named by one limit is that rule with P its window's period: v4's.
 --
--- Four paths, one answer (docs/adr/016-redis-script-v5.md): Evaluate on
--- sliding logs alone with a key shared runs the shared fast path;
--- Evaluate on sliding logs above the compact bound alone, each on a key
--- of its own, the large-log fast path; any other request whose every
--- key is named by one limit, limit i on KEYS[i], v4's own code (below
--- "The per-window layout"); everything else the general path. Each
+-- Three paths, one answer (docs/adr/016-redis-script-v5.md): Evaluate on
+-- sliding logs alone with a key shared runs the shared fast path; any
+-- other request whose every key is named by one limit, limit i on
+-- KEYS[i], v4's own code (below "The per-window layout"); everything
+-- else the general path. Each
 -- gives, for the same units, the same replies; the shared fast path and
 -- the general path write the same units in the same encoding, and the
 -- same bytes in a compact log.
@@ -260,235 +259,26 @@ local function settat(key, tat, t)
   redis.call('SET', key, pack('>Bi8i8', 2, tat, t), 'PX', ttl(px))
 end
 
--- The fast paths (docs/adr/016, "Performance"): Evaluate and
+-- The shared fast path (docs/adr/016, "Performance"): Evaluate and
 -- EvaluateRepeated (op 0, consuming) whose every window is a sliding
--- log, either with a key shared (the shared fast path, from 1970 on, as
--- the compact encoding wants: the log-9 and log-9-large shapes on the
--- shared layout) or every one above the compact bound on a key of its
--- own (the large-log fast path: every key a ZSET by its window, as v4
--- writes it). Each reads, decides, replies and writes exactly as the
--- general path (or v4's code) does for those keys, in one pass over the
--- limits with a few locals instead of the state tables; a key that
--- turns out to hold something else (a string under the large-log fast
--- path, a GCRA state or a foreign value under the shared one) sends the
--- call on to the path it would otherwise take, which reads it again
+-- log, with a key shared, from 1970 on, as the compact encoding wants
+-- (the log-9 and log-9-large shapes). It reads, decides, replies and
+-- writes exactly as the general path does for those keys, in one pass
+-- over the limits with a few locals instead of the state tables; a key
+-- that turns out to hold something else (a GCRA state or a foreign
+-- value) sends the call on to the general path, which reads it again
 -- (nothing is written before). One loop over the limits chooses.
-local fast, cfast = false, false
-if consume and not leased then
-  local big = 0
+-- (A second fast path, for sliding logs above the compact bound each on
+-- a key of its own, was removed before the first release: it gained on
+-- no shape of the bench, docs/adr/017-the-redis-script.md.)
+local cfast = false
+if consume and not leased and now >= 0 and u < n then
+  cfast = true
   for i = 1, n do
-    local j = 4 * i
-    if arg[j - 3] % 4 ~= 0 then
-      big = -1
+    if arg[4 * i - 3] % 4 ~= 0 then
+      cfast = false
       break
     end
-    if arg[j - 2] > compact then
-      big = big + 1
-    end
-  end
-  fast = big == n and u == n
-  cfast = big >= 0 and now >= 0 and u < n
-end
-if fast then
-  -- Per key: the newest unit (false: none), the longest period, the
-  -- cost; per limit: the units in its window and its lower bound. Sized
-  -- at once for up to nine windows (rehashes as they fill cost about
-  -- 1.5 µs a call).
-  local kn, kp, kc, cnt, lw
-  if n <= 9 then
-    kn = {false, false, false, false, false, false, false, false, false}
-    kp = {false, false, false, false, false, false, false, false, false}
-    kc = {false, false, false, false, false, false, false, false, false}
-    cnt = {false, false, false, false, false, false, false, false, false}
-    lw = {false, false, false, false, false, false, false, false, false}
-  else
-    kn, kp, kc, cnt, lw = {}, {}, {}, {}, {}
-  end
-  local seen, A = 0, reps
-  for i = 1, n do
-    local j = 4 * i
-    local k, l, p, c = arg[j - 3] / 4, arg[j - 2], arg[j - 1], arg[j]
-    local newest
-    if k == seen + 1 then
-      seen = k
-      local z = redis.pcall('ZREVRANGE', KEYS[k], 0, 0, 'WITHSCORES')
-      if z.err then
-        fast = false
-        break
-      end
-      newest = false
-      if z[2] then
-        newest = tonumber(z[2])
-        if newest ~= newest or newest < -AHEAD or newest % 1 ~= 0 then
-          return bad(i, 'range')
-        end
-        if newest > horizon then
-          return bad(i, 'future')
-        end
-      end
-      kn[k], kp[k], kc[k] = newest, p, c
-    elseif k < 1 or k > seen then
-      return redis.error_reply('ERR sluice rate_limit_v5: a limit names key ' .. k .. ': keys are named 1 to u, each first after the ones before it')
-    else
-      if c ~= kc[k] then
-        return redis.error_reply('ERR sluice rate_limit_v5: limits that share a key must be sliding logs of one cost')
-      end
-      if p > kp[k] then
-        kp[k] = p
-      end
-      newest = kn[k]
-    end
-    local count, lower = 0, 0
-    if newest then
-      local latest, gr = now, grace
-      if newest > now then
-        latest = newest
-      end
-      if gr > p then
-        gr = p
-      end
-      lower = latest - p - gr
-      if lower < now - p then
-        lower = now - p
-      end
-      count = redis.call('ZCOUNT', KEYS[k], lower + 1, '+inf')
-    end
-    cnt[i], lw[i] = count, lower
-    local room = l - count
-    if room < c * A then
-      if room > 0 then
-        A = (room - room % c) / c
-      else
-        A = 0
-      end
-    end
-  end
-  if fast then
-    if seen ~= u then
-      return redis.error_reply('ERR sluice rate_limit_v5: every key must be named by a limit')
-    end
-    -- Nine windows: the reply's 19 or more slots sized at once (each is
-    -- written below: false would reach the caller as nil).
-    local reply
-    if n == 9 then
-      reply = {A, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false}
-    else
-      reply = {A}
-    end
-    if A < reps then
-      -- A refused request's statuses, after the A admitted ones.
-      local o = 1
-      if A > 0 then
-        o = 1 + 2 * n
-      end
-      for i = 1, n do
-        local j = 4 * i
-        local k, l, p, c = arg[j - 3] / 4, arg[j - 2], arg[j - 1], arg[j]
-        local count, newest, used = cnt[i], kn[k], A * c
-        local total, retry, reset = count + used, 0, 0
-        if total + c > l then
-          -- The need-th oldest unit of the window's units and the used
-          -- ones at now, which sort after every unit up to now.
-          local need = total + c - l
-          local first
-          local lo = '(' .. format('%.0f', lw[i])
-          if need <= count then
-            local z = redis.call('ZRANGEBYSCORE', KEYS[k], lo, '+inf', 'WITHSCORES', 'LIMIT', need - 1, 1)
-            first = tonumber(z[2])
-            first = first - first % 1
-          end
-          if used > 0 and not (first and first <= now) then
-            local y = need - used
-            first = now
-            if y >= 1 then
-              local z = redis.call('ZRANGEBYSCORE', KEYS[k], lo, '+inf', 'WITHSCORES', 'LIMIT', y - 1, 1)
-              local x = tonumber(z[2])
-              x = x - x % 1
-              if x > now then
-                first = x
-              end
-            end
-          end
-          retry = first + p - now
-        end
-        local remaining = l - total
-        if remaining < 0 then
-          remaining = 0
-        end
-        if total > 0 then
-          local top = newest or now
-          if used > 0 and top < now then
-            top = now
-          end
-          reset = top + p - now
-        end
-        reply[o + 1], reply[o + 2], reply[o + 3] = remaining, retry, reset
-        o = o + 3
-      end
-    end
-    if A > 0 then
-      -- Each window's figures after the A-th request, then the writes,
-      -- once per key.
-      local o = 1
-      for i = 1, n do
-        local j = 4 * i
-        local k = arg[j - 3] / 4
-        local top, newest = now, kn[k]
-        if newest and newest > now then
-          top = newest
-        end
-        local remaining = arg[j - 2] - cnt[i] - A * arg[j]
-        if remaining < 0 then
-          remaining = 0
-        end
-        reply[o + 1], reply[o + 2] = remaining, top + arg[j - 1] - now
-        o = o + 2
-      end
-      -- now as the string ZADD takes, formatted once for every key.
-      local one, nows = false, format('%.0f', now)
-      for k = 1, u do
-        local key, newest, p, used = KEYS[k], kn[k], kp[k], A * kc[k]
-        local top, gr = now, grace
-        if newest and newest > now then
-          top = newest
-        end
-        if gr > p then
-          gr = p
-        end
-        local px = top + p - now + gr + 999
-        px = (px - px % 1000) / 1000
-        if px < minttl then
-          px = minttl
-        end
-        if newest then
-          -- The trim of each eighth of the longest period, at its forget
-          -- bound, as the general path's.
-          local q = (p - p % 8) / 8
-          if q < 1 then
-            q = 1
-          end
-          if newest - newest % q ~= now - now % q then
-            redis.call('ZREMRANGEBYSCORE', key, '-inf', top - p - gr)
-          end
-        end
-        if used == 1 then
-          if not one then
-            one = ARGV[2] .. ':1'
-          end
-          redis.call('ZADD', key, nows, one)
-        end
-        for y = 1, used > 1 and used or 0, 500 do
-          local args = {}
-          for x = y, math.min(y + 499, used) do
-            args[#args + 1] = nows
-            args[#args + 1] = ARGV[2] .. ':' .. x
-          end
-          redis.call('ZADD', key, unpack(args))
-        end
-        redis.call('PEXPIRE', key, ttl(px))
-      end
-    end
-    return reply
   end
 end
 
@@ -681,7 +471,8 @@ if cfast then
         end
       end
     end
-    -- As the large-log fast path's reply.
+    -- Nine windows: the reply's 19 or more slots sized at once (each is
+    -- written below: false would reach the caller as nil).
     local reply
     if n == 9 then
       reply = {A, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false}
