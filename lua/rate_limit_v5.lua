@@ -65,7 +65,7 @@
 --     admission), refunded or charged once by Settle.
 -- A key named by one limit is that rule with P its window's period: v4's.
 --
--- Three paths, one answer (docs/adr/016-redis-script-v5.md): Evaluate on
+-- Three paths, one answer (docs/adr/017-the-redis-script.md): Evaluate on
 -- sliding logs alone with a key shared runs the shared fast path; any
 -- other request whose every key is named by one limit, limit i on
 -- KEYS[i], v4's own code (below "The per-window layout"); everything
@@ -234,11 +234,17 @@ end
 
 local format = string.format
 
--- A TTL in milliseconds as the string redis.call sends: a number argument
--- costs Redis a conversion per call, and the keys of one window share
--- their TTL, converted once.
+-- A TTL (us microseconds from now) in milliseconds, rounded up and at
+-- least the floor of TTLs, as the string redis.call sends: a number
+-- argument costs Redis a conversion per call, and the keys of one window
+-- share their TTL, converted once.
 local ttls = {}
-local function ttl(px)
+local function ttl(us)
+  local px = us + 999
+  px = (px - px % 1000) / 1000
+  if px < minttl then
+    px = minttl
+  end
   local s = ttls[px]
   if not s then
     s = format('%.0f', px)
@@ -251,12 +257,7 @@ end
 -- with, for as long as it holds units (at least the TTL floor).
 -- Admission, charge and refund all write it so.
 local function settat(key, tat, t)
-  local px = tat - now + 999
-  px = (px - px % 1000) / 1000
-  if px < minttl then
-    px = minttl
-  end
-  redis.call('SET', key, pack('>Bi8i8', 2, tat, t), 'PX', ttl(px))
+  redis.call('SET', key, pack('>Bi8i8', 2, tat, t), 'PX', ttl(tat - now))
 end
 
 -- The shared fast path (docs/adr/016, "Performance"): Evaluate and
@@ -563,11 +564,7 @@ if cfast then
         if gr > p then
           gr = p
         end
-        local px = top + p - now + gr + 999
-        px = (px - px % 1000) / 1000
-        if px < minttl then
-          px = minttl
-        end
+        local px = ttl(top + p - now + gr)
         if not K[b] and (K[b - 1] <= compact or m - lo + used <= compact) then
           -- A compact log: the kept units and the new ones at now, in
           -- order.
@@ -590,7 +587,7 @@ if cfast then
             local y = above(v, lo, m, now, nil, newest)
             w = '\1' .. sub(v, 2 + 7 * lo, 1 + 7 * y) .. x .. sub(v, 2 + 7 * y)
           end
-          redis.call('SET', key, w, 'PX', ttl(px))
+          redis.call('SET', key, w, 'PX', px)
         else
           if K[b] then
             -- The trim of each eighth of the longest period, at its
@@ -633,12 +630,124 @@ if cfast then
             end
             redis.call('ZADD', key, unpack(args))
           end
-          redis.call('PEXPIRE', key, ttl(px))
+          redis.call('PEXPIRE', key, px)
         end
       end
     end
     return reply
   end
+end
+
+-- Writes a log (every path's, once per key; S5, S6): used units at now
+-- after the units it keeps (a compact log v's from index lo to m - 1; m
+-- units at now for a GCRA state, S3; a ZSET's after its forget bound),
+-- with its TTL px. When small (the caller's rule, docs/adr/016, "A log's
+-- encoding by its content"), a compact string: the new units after the
+-- kept ones, or before the first unit ahead of now when top (the newest
+-- unit, or now) is ahead; a ZSET holding an instant before 1970 stays a
+-- ZSET. Else a ZSET: trimmed at its forget bound by the first write in
+-- each eighth of the longest period p (newest, the last write's, in an
+-- earlier eighth than now), so that a busy key is trimmed a few times a
+-- period rather than once a call (docs/adr/014, "Performance"); a log
+-- of another kind becomes one here, its kept units named nonce:k1 on,
+-- the new ones nonce:1 on. A call writes with one nonce. Made here, after
+-- the shared fast path, which writes inline: a closure costs every call
+-- that makes it, the more the upvalues it captures (hence the kinds as
+-- numbers, 0 none, 1 GCRA, 2 compact, 3 ZSET, now as an argument and
+-- string's functions by name), and a call per key cost that path 3-6 %
+-- (docs/adr/017-the-redis-script.md).
+local rec, nows, one
+local function logw(key, small, kind, v, lo, m, newest, top, p, bound, used, nonce, px, now)
+  if small then
+    if not rec then
+      rec = pack('>I7', now)
+    end
+    local x, w = rec
+    if used > 1 then
+      x = string.rep(rec, used)
+    end
+    if kind == 0 then
+      w = '\1' .. x
+    elseif kind == 1 then
+      w = '\1' .. string.rep(rec, m + used)
+    elseif kind == 2 then
+      if top == now then
+        if lo == 0 then
+          w = v .. x
+        else
+          w = '\1' .. string.sub(v, 2 + 7 * lo) .. x
+        end
+      else
+        local y = above(v, lo, m, now)
+        w = '\1' .. string.sub(v, 2 + 7 * lo, 1 + 7 * y) .. x .. string.sub(v, 2 + 7 * y)
+      end
+    else
+      local parts, placed = {'\1'}, false
+      local z = redis.call('ZRANGEBYSCORE', key, '(' .. format('%.0f', bound), '+inf', 'WITHSCORES')
+      for y = 2, #z, 2 do
+        local t = tonumber(z[y])
+        if t < 0 then
+          parts = nil
+          break
+        end
+        t = t - t % 1
+        if not placed and t > now then
+          parts[#parts + 1], placed = x, true
+        end
+        parts[#parts + 1] = pack('>I7', t)
+      end
+      if parts then
+        if not placed then
+          parts[#parts + 1] = x
+        end
+        w = table.concat(parts)
+      end
+    end
+    if w then
+      redis.call('SET', key, w, 'PX', px)
+      return
+    end
+  end
+  if kind == 3 then
+    local q = (p - p % 8) / 8
+    if q < 1 then
+      q = 1
+    end
+    if newest - newest % q ~= now - now % q then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', bound)
+    end
+  elseif kind ~= 0 then
+    redis.call('DEL', key)
+    if kind == 1 then
+      lo = 0
+    end
+    for y = lo, m - 1, 500 do
+      local args = {}
+      for x = y, math.min(y + 499, m - 1) do
+        args[#args + 1] = kind == 2 and sunpack('>I7', v, 2 + 7 * x) or now
+        args[#args + 1] = nonce .. ':k' .. (x - lo + 1)
+      end
+      redis.call('ZADD', key, unpack(args))
+    end
+  end
+  if not nows then
+    nows = format('%.0f', now)
+  end
+  if used == 1 then
+    if not one then
+      one = nonce .. ':1'
+    end
+    redis.call('ZADD', key, nows, one)
+  end
+  for y = 1, used > 1 and used or 0, 500 do
+    local args = {}
+    for x = y, math.min(y + 499, used) do
+      args[#args + 1] = nows
+      args[#args + 1] = nonce .. ':' .. x
+    end
+    redis.call('ZADD', key, unpack(args))
+  end
+  redis.call('PEXPIRE', key, px)
 end
 
 -- Ops 1-3: the lease record's key, the lease ID, ARGV[3], and for Settle
@@ -666,7 +775,7 @@ if leased then
     if m < minttl then
       m = minttl
     end
-    return ttl(ms + m)
+    return ttl(1000 * (ms + m))
   end
   -- cmd on key with the lease's members ID:from..ID:to, each after
   -- score when given, after opt when given; in batches of 500, as Lua's
@@ -755,12 +864,7 @@ if leased then
           if exp > top then
             top = exp
           end
-          local px = top - now + grace + 999
-          px = (px - px % 1000) / 1000
-          if px < minttl then
-            px = minttl
-          end
-          redis.call('PEXPIRE', key, ttl(px))
+          redis.call('PEXPIRE', key, ttl(top - now + grace))
         end
       end
       redis.call('SET', lkey, pack('>BBi8i8', 3, OPEN, leaseAt, exp), 'PX', recordpx(X))
@@ -768,7 +872,6 @@ if leased then
     end
   end
 end
-
 
 -- The per-window layout: every key named by one limit, in order (limit
 -- i on KEYS[i]), as every request of a profile without shared windows
@@ -1337,8 +1440,6 @@ if own then
     end
   end
   o = 1
-  local rec -- the compact record of one unit at now
-  local one -- a ZSET log's member of one unit: the keys of a call share it
   for i = 1, U > 0 and n or 0 do
     local b = 12 * (i - 1)
     local kind, v, count, newest, t = st[b + 1], st[b + 2], st[b + 6], st[b + 7], st[b + 11]
@@ -1367,123 +1468,14 @@ if own then
           if gr > p then
             gr = p
           end
-          local px = reset + gr + 999
-          px = (px - px % 1000) / 1000
-          if px < minttl then
-            px = minttl
+          local px = ttl(reset + gr)
+          -- The units it keeps: a compact log's up to its m-th, a GCRA
+          -- state's count (S3); a ZSET's after its forget bound (slot 10).
+          local key, lo, m = KEYS[i], st[b + 4], count
+          if kind == COMPACT then
+            m = (#v - 1) / 7
           end
-          local key, lo = KEYS[i], st[b + 4]
-          local w
-          if l <= compact and now >= 0 then
-            if not rec then
-              rec = pack('>I7', now)
-            end
-            if kind == NONE then
-              w = '\1' .. rep(rec, used)
-            elseif kind == GCRA then
-              w = '\1' .. rep(rec, count + used)
-            elseif kind == COMPACT and top == now then
-              -- The common case: c units at now after the kept ones.
-              local u = rec
-              if used > 1 then
-                u = rep(rec, used)
-              end
-              if lo == 0 then
-                w = v .. u
-              else
-                w = '\1' .. sub(v, 2 + 7 * lo) .. u
-              end
-            else
-              -- A ZSET, or units ahead of now: merge in order.
-              local parts, placed = {'\1'}, false
-              local function put(x)
-                if not placed and x > now then
-                  parts[#parts + 1], placed = rep(rec, used), true
-                end
-                parts[#parts + 1] = pack('>I7', x)
-              end
-              if kind == COMPACT then
-                for j = lo, (#v - 1) / 7 - 1 do
-                  put(sunpack('>I7', v, 2 + 7 * j))
-                end
-              else
-                local z = redis.call('ZRANGEBYSCORE', key, '(' .. format('%.0f', st[b + 10]), '+inf', 'WITHSCORES')
-                for j = 2, #z, 2 do
-                  local x = tonumber(z[j])
-                  if x < 0 then
-                    parts = nil
-                    break
-                  end
-                  put(x - x % 1)
-                end
-              end
-              if parts then
-                if not placed then
-                  parts[#parts + 1] = rep(rec, used)
-                end
-                w = table.concat(parts)
-              end
-            end
-          end
-          if w then
-            redis.call('SET', key, w, 'PX', ttl(px))
-          else
-            -- A ZSET: add the units. What lies at or before the forget
-            -- bound (slot 10) is forgotten for good (S5): no count, no
-            -- retry and no rewrite reads it again, so trimming it is
-            -- housekeeping, done by the first write in each eighth of the
-            -- period (the newest unit, the last write's, lies in an
-            -- earlier eighth than now): a busy key is trimmed a few times
-            -- a period rather than once a call, and holds at most an
-            -- eighth of a period's units more (docs/adr/014,
-            -- "Performance").
-            if kind == ZSET then
-              local q = (p - p % 8) / 8
-              if q < 1 then
-                q = 1
-              end
-              if newest - newest % q ~= now - now % q then
-                redis.call('ZREMRANGEBYSCORE', key, '-inf', st[b + 10])
-              end
-            else
-              local keep = {}
-              if kind == COMPACT then
-                for j = lo, (#v - 1) / 7 - 1 do
-                  keep[#keep + 1] = sunpack('>I7', v, 2 + 7 * j)
-                end
-              elseif kind == GCRA then
-                for j = 1, count do
-                  keep[j] = now
-                end
-              end
-              if kind ~= NONE then
-                redis.call('DEL', key)
-              end
-              for j = 1, #keep, 500 do
-                local args = {}
-                for k = j, math.min(j + 499, #keep) do
-                  args[#args + 1] = keep[k]
-                  args[#args + 1] = nonce .. ':k' .. k
-                end
-                redis.call('ZADD', key, unpack(args))
-              end
-            end
-            if used == 1 then
-              if not one then
-                one = nonce .. ':1'
-              end
-              redis.call('ZADD', key, now, one)
-            end
-            for u = 1, used > 1 and used or 0, 500 do
-              local args = {}
-              for m = u, math.min(u + 499, used) do
-                args[#args + 1] = now
-                args[#args + 1] = nonce .. ':' .. m
-              end
-              redis.call('ZADD', key, unpack(args))
-            end
-            redis.call('PEXPIRE', key, ttl(px))
-          end
+          logw(key, l <= compact and now >= 0, kind, v, lo, m, newest, top, p, st[b + 10], used, nonce, px, now)
         end
       elseif g == 2 then
         -- A concurrency window (Reserve): cost slots under the lease
@@ -1497,12 +1489,7 @@ if own then
           top = exp
         end
         members('ZADD', key, false, exp, 1, c)
-        local px = top - now + grace + 999
-        px = (px - px % 1000) / 1000
-        if px < minttl then
-          px = minttl
-        end
-        redis.call('PEXPIRE', key, ttl(px))
+        redis.call('PEXPIRE', key, ttl(top - now + grace))
         remaining, reset = l - count - used, top - now
       else
         remaining, reset = 0, 0 -- Settle: written in its own pass
@@ -2198,8 +2185,6 @@ if U > 0 and op ~= 2 then
   end
 end
 -- The writes, once per key, after every read.
-local rec -- the compact record of one unit at now
-local one -- a ZSET log's member of one unit: the keys of a call share it
 for k = 1, U > 0 and u or 0 do
   local kb = 12 * k - 12
   local g, i = ks[kb + 11], ks[kb + 8]
@@ -2221,127 +2206,22 @@ for k = 1, U > 0 and u or 0 do
     if gr > p then
       gr = p
     end
-    local px = top + p - now + gr + 999
-    px = (px - px % 1000) / 1000
-    if px < minttl then
-      px = minttl
-    end
+    local px = ttl(top + p - now + gr)
     -- Compact while the log, after this write, holds at most the
     -- compact bound of units, or its largest limit is at or below it; a
     -- ZSET stays a ZSET (docs/adr/016, "A log's encoding by its
     -- content").
-    local kept = 0
+    -- The units it keeps: a compact log's up to slot 7, a GCRA state's
+    -- count (S3); a ZSET's after its forget bound (slot 6).
+    local m, kept = ks[kb + 7], 0
     if kind == COMPACT then
-      kept = ks[kb + 7] - lo
+      kept = m - lo
     elseif kind == GCRA then
-      kept = st[b + 3]
+      m = st[b + 3]
+      kept = m
     end
-    local w
-    if now >= 0 and (l <= compact or (kind ~= ZSET and kept + used <= compact)) then
-      if not rec then
-        rec = pack('>I7', now)
-      end
-      if kind == NONE then
-        w = '\1' .. rep(rec, used)
-      elseif kind == GCRA then
-        w = '\1' .. rep(rec, st[b + 3] + used)
-      elseif kind == COMPACT and top == now then
-        -- The common case: the units at now after the kept ones.
-        local x = rec
-        if used > 1 then
-          x = rep(rec, used)
-        end
-        if lo == 0 then
-          w = v .. x
-        else
-          w = '\1' .. sub(v, 2 + 7 * lo) .. x
-        end
-      else
-        -- A ZSET, or units ahead of now: merge in order.
-        local parts, placed = {'\1'}, false
-        local function put(x)
-          if not placed and x > now then
-            parts[#parts + 1], placed = rep(rec, used), true
-          end
-          parts[#parts + 1] = pack('>I7', x)
-        end
-        if kind == COMPACT then
-          for y = lo, ks[kb + 7] - 1 do
-            put(sunpack('>I7', v, 2 + 7 * y))
-          end
-        else
-          local z = redis.call('ZRANGEBYSCORE', key, '(' .. format('%.0f', ks[kb + 6]), '+inf', 'WITHSCORES')
-          for y = 2, #z, 2 do
-            local x = tonumber(z[y])
-            if x < 0 then
-              parts = nil
-              break
-            end
-            put(x - x % 1)
-          end
-        end
-        if parts then
-          if not placed then
-            parts[#parts + 1] = rep(rec, used)
-          end
-          w = table.concat(parts)
-        end
-      end
-    end
-    if w then
-      redis.call('SET', key, w, 'PX', ttl(px))
-    else
-      -- A ZSET: add the units. What lies at or before the forget bound
-      -- (slot 6) is forgotten for good (S5), so trimming it is
-      -- housekeeping, done by the first write in each eighth of the
-      -- longest period (docs/adr/014, "Performance").
-      if kind == ZSET then
-        local q = (p - p % 8) / 8
-        if q < 1 then
-          q = 1
-        end
-        if newest - newest % q ~= now - now % q then
-          redis.call('ZREMRANGEBYSCORE', key, '-inf', ks[kb + 6])
-        end
-      else
-        local keep = {}
-        if kind == COMPACT then
-          for y = lo, ks[kb + 7] - 1 do
-            keep[#keep + 1] = sunpack('>I7', v, 2 + 7 * y)
-          end
-        elseif kind == GCRA then
-          for y = 1, st[b + 3] do
-            keep[y] = now
-          end
-        end
-        if kind ~= NONE then
-          redis.call('DEL', key)
-        end
-        for y = 1, #keep, 500 do
-          local args = {}
-          for x = y, math.min(y + 499, #keep) do
-            args[#args + 1] = keep[x]
-            args[#args + 1] = nonce .. ':k' .. x
-          end
-          redis.call('ZADD', key, unpack(args))
-        end
-      end
-      if used == 1 then
-        if not one then
-          one = nonce .. ':1'
-        end
-        redis.call('ZADD', key, now, one)
-      end
-      for y = 1, used > 1 and used or 0, 500 do
-        local args = {}
-        for x = y, math.min(y + 499, used) do
-          args[#args + 1] = now
-          args[#args + 1] = nonce .. ':' .. x
-        end
-        redis.call('ZADD', key, unpack(args))
-      end
-      redis.call('PEXPIRE', key, ttl(px))
-    end
+    local small = now >= 0 and (l <= compact or (kind ~= ZSET and kept + used <= compact))
+    logw(key, small, kind, v, lo, m, newest, top, p, ks[kb + 6], used, nonce, px, now)
   elseif g == 2 then
     -- A concurrency window (Reserve): cost slots under the lease until
     -- its expiry, the expired members trimmed, the key kept until its
@@ -2354,12 +2234,7 @@ for k = 1, U > 0 and u or 0 do
       top = exp
     end
     members('ZADD', key, false, exp, 1, ks[kb + 12])
-    local px = top - now + grace + 999
-    px = (px - px % 1000) / 1000
-    if px < minttl then
-      px = minttl
-    end
-    redis.call('PEXPIRE', key, ttl(px))
+    redis.call('PEXPIRE', key, ttl(top - now + grace))
   end
 end
 if leased then
