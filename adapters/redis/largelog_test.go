@@ -211,6 +211,7 @@ func logLoop(b *testing.B, shape, name string) {
 	src := "local C = {\n" +
 		contender("v5", "v5", lua.RateLimitV5) +
 		contender("v5-shared", "shared", lua.RateLimitV5) +
+		extraLog(contender) +
 		contender("plain", "plain", suite("plain.lua")) +
 		contender("floor", "floor", suite("floor.lua")) +
 		contender("floor-shared", "floor-shared", floorShared) +
@@ -241,8 +242,22 @@ func logLoop(b *testing.B, shape, name string) {
 		fmt.Fprintf(&table, "| %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", run+1,
 			cell("v5"), cell("v5-shared"), cell("plain"), cell("floor"), cell("floor-shared"),
 			versus("v5-shared", "plain"), versus("v5-shared", "floor-shared"), versus("plain", "floor"))
+		_, names := extraContenders(nil)
+		for _, x := range names {
+			fmt.Fprintf(&table, "| %d | %s: %s (%s v5) | %s-shared: %s (%s v5 shared) |\n", run+1, x, cell(x), versus(x, "v5"), x, cell(x+"-shared"), versus(x+"-shared", "v5-shared"))
+		}
 	}
 	b.Log(table.String())
+}
+
+// extraLog is the SLUICE_SCRIPTS contenders on both layouts.
+func extraLog(contender func(name, kind, src string) string) string {
+	out := ""
+	srcs, names := extraContenders(nil)
+	for i, src := range srcs {
+		out += contender(names[i], "v5", src) + contender(names[i]+"-shared", "shared", src)
+	}
+	return out
 }
 
 // compactSizeLoop drives BenchmarkCompactLogSize inside one EVAL: the

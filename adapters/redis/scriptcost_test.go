@@ -282,14 +282,18 @@ func BenchmarkScriptLoop(b *testing.B) {
 	contender := func(name string, kind int, src string) string {
 		return fmt.Sprintf("{name = %q, kind = %d, fn = function(KEYS, ARGV)\n%s\nend},\n", name, kind, src)
 	}
+	extra, names := extraContenders(b)
 	src := "local CONTENDERS = {\n" +
 		contender("v5", 5, lua.RateLimitV5) +
 		contender("v5-control", 5, lua.RateLimitV5) +
-		contender("v5-grace", 5, lua.RateLimitV5) +
-		contender("floor", 0, readFloor(b, "keys.lua")) +
-		"}\n" + readFloor(b, "loop.lua")
+		contender("v5-grace", 5, lua.RateLimitV5)
 	dg := strconv.FormatInt(redis.DefaultGrace.Microseconds(), 10)
 	graces := "0,0," + dg
+	for i, x := range extra {
+		src += contender(names[i], 5, x)
+		graces += ",0"
+	}
+	src += contender("floor", 0, readFloor(b, "keys.lua")) + "}\n" + readFloor(b, "loop.lua")
 	small := domain.Window{Limit: 1000, Period: 100 * time.Millisecond, Algorithm: domain.SlidingLog}
 	big := domain.Window{Limit: 50_000, Period: time.Second, Algorithm: domain.SlidingLog}
 	huge := domain.Window{Limit: domain.MaxLimit, Period: time.Hour, Algorithm: domain.GCRA}
@@ -342,7 +346,27 @@ func BenchmarkScriptLoop(b *testing.B) {
 			}
 			fmt.Fprintf(&table, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", sh.name,
 				cell("v5"), cell("v5-grace"), cell("floor"), versus("v5-control", "v5"), ratio("v5"), ratio("v5-grace"), bytes)
+			for _, x := range names {
+				fmt.Fprintf(&table, "| %s | %s: %s | %s/v5: %s |\n", sh.name, x, cell(x), x, versus(x, "v5"))
+			}
 		}
 	}
 	b.Log(table.String())
+}
+
+// extraContenders reads SLUICE_SCRIPTS (name=path,...): scripts taking
+// rate_limit_v5's arguments, measured beside it.
+func extraContenders(b testing.TB) (srcs, names []string) {
+	for _, f := range strings.Split(os.Getenv("SLUICE_SCRIPTS"), ",") {
+		name, path, ok := strings.Cut(f, "=")
+		if !ok {
+			continue
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			panic(err)
+		}
+		srcs, names = append(srcs, string(src)), append(names, name)
+	}
+	return srcs, names
 }

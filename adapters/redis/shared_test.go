@@ -27,10 +27,9 @@ type principal struct {
 
 // padded returns shared on keys of its own (prefix "gp") with one more
 // limit: a GCRA window that never refuses. A request with a GCRA window
-// takes the script's general path; one of sliding logs alone, all above
-// the compact bound or all at or below it sharing a key, a fast path
-// (docs/adr/016): the statuses of shared's limits must be the same on
-// each.
+// takes the script's general path; one of sliding logs alone sharing a
+// key, the shared fast path (docs/adr/017): the statuses of shared's
+// limits must be the same on each.
 func padded(tg string, ps []principal, cost int64) []domain.Limit {
 	sh, _ := layouts(tg, ps, cost)
 	for i := range sh {
@@ -94,10 +93,10 @@ var crossingPrincipals = []principal{
 // layout's (Allowed, Limiting and every window's Remaining, RetryAfter
 // and ResetAfter, to the microsecond): only the storage is shared. A
 // third copy of each request, padded with a GCRA window that never
-// refuses, runs the script's general path where the other two may take
-// a fast path (every window a sliding log above the compact bound, or
-// every one at or below it with a key shared: docs/adr/016), and says
-// the same for their limits. With
+// refuses, runs the script's general path where the other two take the
+// per-window path (every key named by one limit) or the shared fast
+// path (every window a sliding log, a key shared: docs/adr/017), and
+// says the same for their limits. With
 // compact logs (the default) and with every log a ZSET (LogZSet), on a
 // standalone server and on a cluster.
 func TestSharedLogDifferential(t *testing.T) {
@@ -464,9 +463,8 @@ func TestSharedLogReservesOnACluster(t *testing.T) {
 // writing anything, a layout the store never sends: a key index out of
 // order, a KEYS entry no limit names, limits sharing a key with different
 // costs or with a window that is not a sliding log. The general path and
-// both fast paths (sliding logs above the compact bound alone; sliding
-// logs at or below it in a request that shares a key: the cases whose
-// limits outnumber their keys) check it.
+// the shared fast path (sliding logs alone in a request that shares a
+// key: the cases whose limits outnumber their keys) check it.
 func TestScriptV5RefusesABadLayout(t *testing.T) {
 	addr := redistest.Standalone(t)
 	type lim struct {
