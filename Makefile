@@ -29,12 +29,6 @@ deps:
 ## cmd/ builds the binaries, would cost a cold run a minute for nothing).
 FIRSTPKGS ?= $(if $(filter ./...,$(PKGS)),$(shell grep -rlE '^func (Benchmark|Test[A-Za-z0-9_]*(Allocs|NoRace))' --include='*_test.go' --exclude-dir=bench --exclude-dir=testdata . | xargs -n1 dirname | sort -u),$(PKGS))
 
-## TESTP: how many packages the race pass builds and tests at once. More
-## than the two cores: a package's tests spend most of their time waiting
-## (on Redis processes, timers, failovers) while they hold a slot, and on
-## a cold cache the other packages' builds need it.
-TESTP ?= 4
-
 ## test: set up, then run every test with the race detector. Integration
 ## tests start their own redis-server processes on loopback ports (or use
 ## REDIS_URL / REDIS_CLUSTER_ADDRS); with CI=true a missing Redis fails.
@@ -46,7 +40,7 @@ TESTP ?= 4
 ## the bench module's smoke test (bench-smoke).
 test: deps
 	$(GO) test -count=1 -run 'Allocs|NoRace' -bench . -benchtime 1x -timeout 5m $(FIRSTPKGS)
-	$(GO) test -race -shuffle=on -count=1 -timeout 12m -p $(TESTP) $(PKGS)
+	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
 	$(MAKE) --no-print-directory fuzz-smoke
 	$(MAKE) --no-print-directory bench-smoke
 
