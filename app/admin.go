@@ -50,6 +50,13 @@ func (l *Limiter) Peek(ctx context.Context, req Request) (domain.Decision, error
 		ev.d.State, ev.d.Cause, ev.d.Remaining = domain.Allowed, domain.CauseNoWindow, -1
 		return ev.d, nil
 	}
+	return l.peekPrepared(ctx, ev)
+}
+
+// peekPrepared asks the primary store what ev's windows have left,
+// consuming nothing: one call, or one per partition; the breaker's
+// refusal and a store error are returned as they are.
+func (l *Limiter) peekPrepared(ctx context.Context, ev *evaluation) (domain.Decision, error) {
 	var res domain.Result
 	var err error
 	if parts := l.partitions(ev); parts.n > 1 {

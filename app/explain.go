@@ -103,21 +103,7 @@ func (l *Limiter) PeekWindows(ctx context.Context, req WindowsRequest) (domain.D
 		ev.reject(err)
 		return ev.d, err
 	}
-	var res domain.Result
-	var err error
-	if parts := l.partitions(ev); parts.n > 1 {
-		res, err = l.peekSplit(ctx, ev, &parts)
-	} else {
-		if !l.allowed(l.nodeOf(ev)) {
-			return domain.Decision{}, errBreakerOpen
-		}
-		res, _, err = l.callStore(ctx, ev, ports.OpPeek)
-	}
-	if err != nil {
-		return domain.Decision{}, err
-	}
-	l.fromResult(ev, &res, domain.SourcePrimary)
-	return ev.d, nil
+	return l.peekPrepared(ctx, ev)
 }
 
 // ResetWindows forgets the counts of req's windows, as Reset does for an
