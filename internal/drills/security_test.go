@@ -289,8 +289,17 @@ func TestRedisCredentialsRefused(t *testing.T) {
 			_, err = store.Evaluate(context.Background(), time.Now(), []domain.Limit{{Key: "rl:{x}:probe", Window: domain.Window{Name: "w", Limit: 1, Period: time.Second}, Cost: 1}})
 			checkRefusal(t, err, wrong, secret)
 			lim := newLimiterDeps(t, drillConfig(), app.Deps{Store: store, Fallback: newFallback(t), Recorder: recordertest.Discard{}, Prober: store.Prober()})
-			if st, _ := lim.ProbeOnce(context.Background()); st != domain.Degraded {
-				t.Errorf("after a refused probe the Limiter is %s", st)
+			// A probe round whose miss fell in a stall of this process is
+			// inconclusive (docs/adr/008): on a loaded machine the first
+			// round may prove nothing, a later one must.
+			var st domain.SystemState
+			for range 10 {
+				if st, _ = lim.ProbeOnce(context.Background()); st == domain.Degraded {
+					break
+				}
+			}
+			if st != domain.Degraded {
+				t.Errorf("after ten refused probes the Limiter is %s", st)
 			}
 			if d := decide(t, lim, app.Request{Route: routeLogin, ClientIP: rawIP(0)}); d.State != domain.DeniedDegraded {
 				t.Errorf("login with Redis refusing the credentials: %s", d.State)
