@@ -172,11 +172,7 @@ func clientBurst(t *testing.T, s *service, req app.Request) (map[int]int, []time
 	}
 	close(start)
 	wg.Wait()
-	counts := map[int]int{}
-	for _, st := range status {
-		counts[st]++
-	}
-	return counts, lat
+	return countStatuses(status), lat
 }
 
 // rlsClient is a client of a sluice-rls service started in process.

@@ -242,11 +242,7 @@ func burstOver(t *testing.T, conns []*rawConn, req app.Request) (map[int]int, []
 	}
 	close(start)
 	wg.Wait()
-	counts := map[int]int{}
-	for _, st := range status {
-		counts[st]++
-	}
-	return counts, lat
+	return countStatuses(status), lat
 }
 
 // rawConn is one keep-alive connection to the service that writes a
@@ -406,4 +402,13 @@ func ratio(a, b int64) float64 {
 		return 0
 	}
 	return float64(a) / float64(b)
+}
+
+// countStatuses counts a burst's answers by status code.
+func countStatuses(status []int) map[int]int {
+	counts := map[int]int{}
+	for _, st := range status {
+		counts[st]++
+	}
+	return counts
 }
