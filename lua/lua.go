@@ -35,4 +35,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "10100ece968be2807e81ae7b6664ce3b3d74c796"
+const RateLimitV5SHA1 = "b81b576e5adc249a2a086f94a02338bcf6399197"

@@ -628,118 +628,6 @@ if cfast then
   end
 end
 
--- Writes a log (every path's, once per key; S5, S6): used units at now
--- after the units it keeps (a compact log v's from index lo to m - 1; m
--- units at now for a GCRA state, S3; a ZSET's after its forget bound),
--- with its TTL px. When small (the caller's rule, docs/adr/016, "A log's
--- encoding by its content"), a compact string: the new units after the
--- kept ones, or before the first unit ahead of now when top (the newest
--- unit, or now) is ahead; a ZSET holding an instant before 1970 stays a
--- ZSET. Else a ZSET: trimmed at its forget bound by the first write in
--- each eighth of the longest period p (newest, the last write's, in an
--- earlier eighth than now), so that a busy key is trimmed a few times a
--- period rather than once a call (docs/adr/014, "Performance"); a log
--- of another kind becomes one here, its kept units named nonce:k1 on,
--- the new ones nonce:1 on. A call writes with one nonce. Made here, after
--- the shared fast path, which writes inline: a closure costs every call
--- that makes it, the more the upvalues it captures (hence the kinds as
--- numbers, 0 none, 1 GCRA, 2 compact, 3 ZSET, now as an argument and
--- string's functions by name), and a call per key cost that path 3-6 %
--- (docs/adr/017-the-redis-script.md).
-local rec, nows, one
-local function logw(key, small, kind, v, lo, m, newest, top, p, bound, used, nonce, px, now)
-  if small then
-    if not rec then
-      rec = pack('>I7', now)
-    end
-    local x, w = rec
-    if used > 1 then
-      x = string.rep(rec, used)
-    end
-    if kind == 0 then
-      w = '\1' .. x
-    elseif kind == 1 then
-      w = '\1' .. string.rep(rec, m + used)
-    elseif kind == 2 then
-      if top == now then
-        if lo == 0 then
-          w = v .. x
-        else
-          w = '\1' .. string.sub(v, 2 + 7 * lo) .. x
-        end
-      else
-        local y = above(v, lo, m, now)
-        w = '\1' .. string.sub(v, 2 + 7 * lo, 1 + 7 * y) .. x .. string.sub(v, 2 + 7 * y)
-      end
-    else
-      local parts, placed = {'\1'}, false
-      local z = redis.call('ZRANGEBYSCORE', key, '(' .. format('%.0f', bound), '+inf', 'WITHSCORES')
-      for y = 2, #z, 2 do
-        local t = tonumber(z[y])
-        if t < 0 then
-          parts = nil
-          break
-        end
-        t = t - t % 1
-        if not placed and t > now then
-          parts[#parts + 1], placed = x, true
-        end
-        parts[#parts + 1] = pack('>I7', t)
-      end
-      if parts then
-        if not placed then
-          parts[#parts + 1] = x
-        end
-        w = table.concat(parts)
-      end
-    end
-    if w then
-      redis.call('SET', key, w, 'PX', px)
-      return
-    end
-  end
-  if kind == 3 then
-    local q = (p - p % 8) / 8
-    if q < 1 then
-      q = 1
-    end
-    if newest - newest % q ~= now - now % q then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', bound)
-    end
-  elseif kind ~= 0 then
-    redis.call('DEL', key)
-    if kind == 1 then
-      lo = 0
-    end
-    for y = lo, m - 1, 500 do
-      local args = {}
-      for x = y, math.min(y + 499, m - 1) do
-        args[#args + 1] = kind == 2 and sunpack('>I7', v, 2 + 7 * x) or now
-        args[#args + 1] = nonce .. ':k' .. (x - lo + 1)
-      end
-      redis.call('ZADD', key, unpack(args))
-    end
-  end
-  if not nows then
-    nows = format('%.0f', now)
-  end
-  if used == 1 then
-    if not one then
-      one = nonce .. ':1'
-    end
-    redis.call('ZADD', key, nows, one)
-  end
-  for y = 1, used > 1 and used or 0, 500 do
-    local args = {}
-    for x = y, math.min(y + 499, used) do
-      args[#args + 1] = nows
-      args[#args + 1] = nonce .. ':' .. x
-    end
-    redis.call('ZADD', key, unpack(args))
-  end
-  redis.call('PEXPIRE', key, px)
-end
-
 -- Ops 1-3: the lease record's key, the lease ID, ARGV[3], and for Settle
 -- and Renew what the record says: the lease's instant and expiry. The
 -- functions are made only here: a closure costs every call that makes
@@ -936,7 +824,8 @@ else
     ks[x] = false
   end
 end
-local seen = 0
+-- zw counts the concurrency keys, marked in slot 1 for the read below.
+local seen, zw = 0, 0
 for i = 1, n do
   local j = 4 * i
   local x, l, p = arg[j - 3], arg[j - 2], arg[j - 1]
@@ -947,6 +836,9 @@ for i = 1, n do
     seen = k
     local b = 12 * k - 12
     ks[b + 8], ks[b + 9], ks[b + 10], ks[b + 11], ks[b + 12] = i, p, l, g, arg[j]
+    if g == 2 then
+      zw, ks[b + 1] = zw + 1, true
+    end
   elseif k < 1 or k > seen then
     return redis.error_reply('ERR sluice rate_limit_v5: a limit names key ' .. k .. ': keys are named 1 to u, each first after the ones before it')
   else
@@ -977,14 +869,6 @@ end
 -- that finds one) says. A concurrency key is always a ZSET: it is left
 -- out of the MGET, and its first ZSET command, a pcall, tells a string
 -- by WRONGTYPE.
-local zw = 0
-for k = 1, u do
-  local b = 12 * k - 12
-  if ks[b + 11] == 2 then
-    zw = zw + 1
-    ks[b + 1] = true
-  end
-end
 local got
 if zw == 0 then
   if leased then
@@ -1167,10 +1051,6 @@ for i = 1, n do
   local kb = 12 * k - 12
   local kind, v, newest = ks[kb + 1], ks[kb + 2], ks[kb + 4]
   local b = 8 * i - 8
-  local t = (p - p % l) / l
-  if t < 1 then
-    t = 1
-  end
   if g == 2 then
     -- A string there is not a concurrency key; only a reservation takes
     -- a slot.
@@ -1215,6 +1095,11 @@ for i = 1, n do
   end
   local fit
   if g == 1 then
+    -- The emission interval, truncated, at least a microsecond.
+    local t = (p - p % l) / l
+    if t < 1 then
+      t = 1
+    end
     local start = now
     if kind == GCRA then
       if v > now then
@@ -1271,7 +1156,7 @@ for i = 1, n do
     else
       fit = 0
     end
-    st[b + 1], st[b + 2], st[b + 3], st[b + 4], st[b + 6], st[b + 7] = kind, low, count, newest, lower, t
+    st[b + 1], st[b + 2], st[b + 3], st[b + 4], st[b + 6] = kind, low, count, newest, lower
   else
     count = ks[kb + 7]
     local room = l - count
@@ -1511,6 +1396,7 @@ if U > 0 and op ~= 2 then
   end
 end
 -- The writes, once per key, after every read.
+local rec, nows, one
 for k = 1, U > 0 and u or 0 do
   local kb = 12 * k - 12
   local g, i = ks[kb + 11], ks[kb + 8]
@@ -1547,7 +1433,110 @@ for k = 1, U > 0 and u or 0 do
       kept = m
     end
     local small = now >= 0 and (l <= compact or (kind ~= ZSET and kept + used <= compact))
-    logw(key, small, kind, v, lo, m, newest, top, p, ks[kb + 6], used, nonce, px, now)
+    -- Then the write (S5, S6): the used units at now after the units it
+    -- keeps (a compact log's from lo to m - 1; m units at now for a GCRA
+    -- state, S3; a ZSET's after its forget bound). When small, a compact
+    -- string: the new units after the kept ones, or before the first unit
+    -- ahead of now when top is ahead; a ZSET holding an instant before
+    -- 1970 stays a ZSET. Else a ZSET: trimmed at its forget bound by the
+    -- first write in each eighth of the longest period (newest, the last
+    -- write's, in an earlier eighth than now), so that a busy key is
+    -- trimmed a few times a period rather than once a call; a log of
+    -- another kind becomes one here, its kept units named nonce:k1 on, the
+    -- new ones nonce:1 on. A call writes with one nonce.
+    local bound, done = ks[kb + 6], false
+    if small then
+      if not rec then
+        rec = pack('>I7', now)
+      end
+      local x, w = rec
+      if used > 1 then
+        x = rep(rec, used)
+      end
+      if kind == NONE then
+        w = '\1' .. x
+      elseif kind == GCRA then
+        w = '\1' .. rep(rec, m + used)
+      elseif kind == COMPACT then
+        if top == now then
+          if lo == 0 then
+            w = v .. x
+          else
+            w = '\1' .. sub(v, 2 + 7 * lo) .. x
+          end
+        else
+          local y = above(v, lo, m, now)
+          w = '\1' .. sub(v, 2 + 7 * lo, 1 + 7 * y) .. x .. sub(v, 2 + 7 * y)
+        end
+      else
+        local parts, placed = {'\1'}, false
+        local z = redis.call('ZRANGEBYSCORE', key, '(' .. format('%.0f', bound), '+inf', 'WITHSCORES')
+        for y = 2, #z, 2 do
+          local t = tonumber(z[y])
+          if t < 0 then
+            parts = nil
+            break
+          end
+          t = t - t % 1
+          if not placed and t > now then
+            parts[#parts + 1], placed = x, true
+          end
+          parts[#parts + 1] = pack('>I7', t)
+        end
+        if parts then
+          if not placed then
+            parts[#parts + 1] = x
+          end
+          w = table.concat(parts)
+        end
+      end
+      if w then
+        redis.call('SET', key, w, 'PX', px)
+        done = true
+      end
+    end
+    if not done then
+      if kind == ZSET then
+        local q = (p - p % 8) / 8
+        if q < 1 then
+          q = 1
+        end
+        if newest - newest % q ~= now - now % q then
+          redis.call('ZREMRANGEBYSCORE', key, '-inf', bound)
+        end
+      elseif kind ~= NONE then
+        redis.call('DEL', key)
+        if kind == GCRA then
+          lo = 0
+        end
+        for y = lo, m - 1, 500 do
+          local args = {}
+          for x = y, math.min(y + 499, m - 1) do
+            args[#args + 1] = kind == COMPACT and sunpack('>I7', v, 2 + 7 * x) or now
+            args[#args + 1] = nonce .. ':k' .. (x - lo + 1)
+          end
+          redis.call('ZADD', key, unpack(args))
+        end
+      end
+      if not nows then
+        nows = format('%.0f', now)
+      end
+      if used == 1 then
+        if not one then
+          one = nonce .. ':1'
+        end
+        redis.call('ZADD', key, nows, one)
+      end
+      for y = 1, used > 1 and used or 0, 500 do
+        local args = {}
+        for x = y, math.min(y + 499, used) do
+          args[#args + 1] = nows
+          args[#args + 1] = nonce .. ':' .. x
+        end
+        redis.call('ZADD', key, unpack(args))
+      end
+      redis.call('PEXPIRE', key, px)
+    end
   elseif g == 2 then
     -- A concurrency window (Reserve): cost slots under the lease until
     -- its expiry, the expired members trimmed, the key kept until its
