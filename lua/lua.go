@@ -35,4 +35,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "b81b576e5adc249a2a086f94a02338bcf6399197"
+const RateLimitV5SHA1 = "2ee810e511add9abff23139dbd232783168d7a7b"

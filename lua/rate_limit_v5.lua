@@ -961,20 +961,21 @@ for k = 1, u do
       end
     end
   end
-  local tw, newest, lo, fcut, m = false, false, 0, 0, 0
+  -- Each kind writes the slots it has (the others stay false).
   if kind == GCRA then
     if #v ~= 17 or byte(v, 1) ~= 2 then
       return bad(i, 'malformed')
     end
-    v, tw = sunpack('>i8i8', v, 2)
+    local tat, tw = sunpack('>i8i8', v, 2)
     if tw < 1 or tw > MAXP then
       return bad(i, 'range')
     end
-    if v > horizon then
+    if tat > horizon then
       return bad(i, 'future')
     end
+    ks[b + 1], ks[b + 2], ks[b + 3] = GCRA, tat, tw
   elseif kind == COMPACT then
-    m = #v - 1
+    local m, newest, lo, fcut = #v - 1, false, 0, 0
     if m % 7 ~= 0 then
       return bad(i, 'malformed')
     end
@@ -1002,9 +1003,10 @@ for k = 1, u do
         lo = above(v, 1, m, fcut, nil, newest)
       end
     end
+    ks[b + 1], ks[b + 2], ks[b + 4], ks[b + 5], ks[b + 6], ks[b + 7] = COMPACT, v, newest, lo, fcut, m
   elseif kind == ZSET then
     if z[2] then
-      newest = tonumber(z[2])
+      local newest = tonumber(z[2])
       if newest ~= newest or newest < -AHEAD or newest % 1 ~= 0 then
         return bad(i, 'range')
       end
@@ -1019,13 +1021,14 @@ for k = 1, u do
       if gr > p then
         gr = p
       end
-      fcut = latest - p - gr
+      ks[b + 4], ks[b + 6] = newest, latest - p - gr
     else
-      kind = NONE
+      ks[b + 1] = NONE
     end
   elseif kind == CONC then
     -- The slots its unexpired members hold (slot 7) and its latest
     -- expiry.
+    local newest, m = false, 0
     if z[2] then
       newest = tonumber(z[2])
       if newest ~= newest or newest % 1 ~= 0 then
@@ -1038,8 +1041,8 @@ for k = 1, u do
         m = redis.call('ZCOUNT', key, now + 1, '+inf')
       end
     end
+    ks[b + 1], ks[b + 4], ks[b + 7] = CONC, newest, m
   end
-  ks[b + 1], ks[b + 2], ks[b + 3], ks[b + 4], ks[b + 5], ks[b + 6], ks[b + 7] = kind, v, tw, newest, lo, fcut, m
 end
 
 -- Then each window's count in its key, and A, the requests every window
@@ -1265,7 +1268,14 @@ local U = 0 -- the requests consumed
 if consume then
   U = A
 end
-local reply = {A}
+-- Nine windows admitted: the reply's 19 slots sized at once (each is
+-- written below), cheaper than growing it.
+local reply
+if n == 9 and U == reps then
+  reply = {A, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false}
+else
+  reply = {A}
+end
 if not consume or A < reps then
   -- The x-th oldest unit inside limit i's window (1 <= x <= count).
   local function unit(i, x)
