@@ -35,4 +35,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "d63c4e6e70227b467d8d4bfb29a6e43be31d8f9f"
+const RateLimitV5SHA1 = "2f63be6d7fd2cd30ad8b2d6efb7e1cc6e6d4a500"

@@ -1,129 +1,62 @@
--- sluice rate_limit_v5: all-or-nothing check of up to 16 rate limits on
--- their keys, for n identical requests at one instant; reservations (a
--- check that also takes concurrency slots under a lease, its settlement
--- and its renewal); and shared logs: several sliding-log windows of one
--- request counting in one key.
+-- sluice rate_limit_v5: the one script of the Redis store. All-or-nothing
+-- check of up to 16 rate limits on their keys, for n identical requests
+-- at one instant (Evaluate, Peek); reservations (Reserve: a check that
+-- also takes concurrency slots under a lease; Settle; Renew). Rules,
+-- encodings and how the script may change: docs/adr/017-the-redis-script.md
+-- (leases: docs/adr/012-reservations-and-leases.md).
 --
 -- IMMUTABLE once released: a test pins this file's SHA1. Any change, even
 -- to a comment, is a new file (rate_limit_v6.lua) and a new constant.
 --
--- KEYS holds each distinct key once, and each limit names its key by
--- index. A key named by several limits is one sliding log serving each
--- of their windows (one log per principal): an admitted request records
--- its units in it once; each window counts the units inside its own
--- period and answers exactly as it would on a log of its own holding the
--- same units. Integer microseconds everywhere, which a Lua double holds
--- exactly below 2^53. The script, its rules (S1-S7), its encodings and
--- how it may change after a release: docs/adr/017-the-redis-script.md;
--- reservations, concurrency keys and lease records:
--- docs/adr/012-reservations-and-leases.md.
---
--- KEYS[k]   the k-th distinct key of the request (k <= u), numbered in the
---           order the limits first name them; all keys share one hash slot
+-- KEYS[k]   the k-th distinct key (k <= u), numbered in the order the
+--           limits first name them; all keys share one hash slot
 -- KEYS[u+1] the lease record (ops 1-3 only), in the slot of KEYS[1]
--- ARGV[1]   binary, big-endian (struct): a 29-byte header, then 18 bytes
---           per limit (n = the limits, u <= n <= 16).
+-- ARGV[1]   binary, big-endian (struct): a 29-byte header, then 17 bytes
+--           per limit (n limits, u <= n <= 16).
 --             header: i8 now (unix microseconds; ignored with flag 2)
---                     B  flags: 1 consume (Evaluate, Reserve; else Peek),
---                              2 take now from the server clock (TIME),
---                              8 * op: 0 Evaluate or Peek, 1 Reserve,
---                                2 Settle, 3 Renew
+--                     B  flags: 1 consume (else Peek), 2 take now from
+--                        TIME, 8 * op: 0 Evaluate or Peek, 1 Reserve,
+--                        2 Settle, 3 Renew
 --                     I4 floor of every TTL, in milliseconds (>= 1)
---                     I4 largest sliding-log limit stored compactly;
---                        0: store every sliding log as a ZSET
+--                     I4 the compact bound (0: every log a ZSET)
 --                     i8 grace in microseconds (>= 0)
---                     I4 n, the number of identical requests (>= 1; 1
---                        for ops 1-3)
+--                     I4 n, the identical requests (1 for ops 1-3)
 --             per limit: B algorithm (0 sliding log, 1 GCRA, 2
---                        concurrency) + 4 * its key's index k, I4
---                        limit, i8 period in microseconds, I4 cost
--- ARGV[2]   op 0: a nonce unique to this call: ZSET members are
---           nonce..":"..k. Ops 1-3: the lease ID (32 hex characters).
--- ARGV[3]   ops 1-3 only, i8: Reserve and Renew the lease TTL in
---           microseconds, Settle the actual cost.
+--                        concurrency) + 4 * its key's index, I4 limit,
+--                        i8 period in microseconds, I4 cost
+-- ARGV[2]   op 0: a nonce unique to the call (ZSET members nonce:k);
+--           ops 1-3: the lease ID.
+-- ARGV[3]   ops 1-3: i8, the lease TTL in microseconds (Reserve, Renew)
+--           or the actual cost (Settle).
 --
--- A key's indices must appear in order: a limit names either a key named
--- before or the next one. Limits that share a key must all be sliding
--- logs of one cost. A shared key is:
---   a compact string log while, after a write, it holds at most the
---     compact bound of units or its largest limit is at or below the
---     bound, else a ZSET: a compact log growing past the bound becomes
---     one in that write, and a ZSET stays one until it expires or is
---     reset (docs/adr/016, "A log's encoding by its content");
---   kept by the longest period P among its windows: it forgets a unit
---     only once the unit is at or before latest - P - min(grace, P)
---     (latest its newest unit or now), its TTL is that of a window of
---     period P, and a ZSET's trim runs once in each eighth of P;
---   read once (one MGET value or one ZSET's newest unit), counted per
---     window (units in (max(now - p, latest - p - min(grace, p)), now]
---     for a window of period p), written once (cost × n units per
---     admission), refunded or charged once by Settle.
--- A key named by one limit is that rule with P its window's period.
+-- A limit names a key named before or the next one. Limits that share a
+-- key are sliding logs of one cost: one log, read once, counted per
+-- window in its own period, written once, kept for the longest period P
+-- (a unit is forgotten at or before latest - P - min(grace, P), latest
+-- its newest unit or now). A log is a compact string while, after a
+-- write, it holds at most the compact bound of units (or its largest
+-- limit is at or below the bound), else a ZSET, which stays one until it
+-- expires or is reset.
 --
--- Two paths, one answer (docs/adr/017-the-redis-script.md): Evaluate
--- on sliding logs alone, from 1970 on, runs the fast path; every other
--- request the general path. Both give, for the same units, the same
--- replies, and write the same units in the same encoding (the same bytes
--- in a compact log).
---
--- Op 0 (Evaluate, Peek): the n requests are decided in order, each all
--- or nothing, as n calls of one request would be: the first A (the
--- admitted count) pass, and every later one is refused and consumes
--- nothing. A = min(n, min over the limits of the requests each window
--- alone fits). Reply: {A, then when A > 0, per limit: remaining,
+-- Replies. Op 0: {A, then when A > 0, per limit: remaining and
 -- reset_after_us after the A-th request; then when A < n, per limit:
--- remaining, retry_after_us, reset_after_us of a refused request}.
--- retry_after_us is 0 exactly when that window alone would admit. Peek
--- (flag 1 off) writes nothing and replies {A, then per limit: remaining,
--- retry_after_us, reset_after_us of the state as it stands}. Peek reads
--- concurrency keys too; Evaluate refuses them.
+-- remaining, retry_after_us, reset_after_us of a refused request}, A the
+-- requests admitted, in order, each all or nothing (min(n, min over the
+-- limits of what each window alone fits)); retry_after_us is 0 exactly
+-- when that window alone would admit. Peek: {A, per limit: remaining,
+-- retry_after_us, reset_after_us as the state stands}. Op 1: op 0's, then
+-- now. Op 2: {1} settled, {2} already settled, {3} expired or unknown.
+-- Op 3: {1, now} renewed, {0} settled, expired or unknown. A value the
+-- script cannot interpret: the error "SLUICEVALUE <i> <reason>" (i the
+-- first limit naming the key, n + 1 the lease record; reason wrongtype,
+-- malformed, range or future), before anything is written.
 --
--- Op 1 (Reserve): op 0's decision of one request, concurrency windows
--- included; when admitted, the rate keys are written as op 0 writes
--- them (a ZSET log's members named ID..":"..k), each concurrency key
--- gets members ID..":"..k (k = 1..cost) scored by the lease's expiry
--- now + TTL, and the lease record is written. Reply: op 0's, then now.
---
--- Op 2 (Settle): reply {1} settled, {2} already settled, {3} expired
--- (or no record). Settling reads and validates every key, then per rate
--- key (once, however many windows share it) d = actual - cost: d > 0
--- charges d units at now (a log records at most its largest window's
--- limit of them; GCRA moves its TAT, capped at now + MaxPeriod), d < 0
--- refunds -d units in the algorithm the key is stored in: a log loses up
--- to -d of the units stamped at the lease's instant (a compact log's
--- units at that instant, a ZSET log's members ID..":"..k, then, should
--- they have been renamed by a rewrite, other members at that instant)
--- unless they left its longest window, a GCRA TAT moves back -d of the
--- intervals it was written with, never before now. Every concurrency key
--- loses the lease's members; the record is marked settled.
---
--- Op 3 (Renew): reply {1, now} renewed, {0} the lease is settled,
--- expired or unknown. The record and the lease's concurrency members
--- take the expiry now + TTL.
---
--- A value the script cannot interpret makes it return the error
--- "SLUICEVALUE <i> <reason>" (i the 1-based index of the first limit
--- naming the key, n + 1 the lease record; reason wrongtype, malformed,
--- range or future) before anything is written.
---
--- Encodings (what a key holds):
---   GCRA: "\2", i8 TAT, i8 emission interval it was written with.
---   compact sliding log: "\1", then the instant of each unit (unsigned,
---     7 bytes) ascending, for limits up to the compact bound and instants
---     from 1970 on.
---   ZSET sliding log: one member per unit scored by its instant.
---   concurrency: a ZSET, one member per slot held, ID..":"..k, scored by
---     its lease's expiry; members at or before now are expired and not
---     counted; a write of the key trims those at or before now - grace,
---     and the key lives until its latest expiry plus the grace.
---   lease record: "\3", B state (1 open, 2 settled), i8 the instant of
---     the reservation, i8 its expiry; PX the TTL plus a margin.
--- A key found nil by MGET under windows that want a string is probed
--- with one EXISTS over all such keys; only when that finds something is
--- each probed with TYPE. A key found nil under windows above the bound
--- is a ZSET log or none, read as a ZSET. A concurrency key is left out of
--- the MGET: its first ZSET read, a pcall, answers WRONGTYPE for a string,
--- which one GET then reads.
+-- Encodings: GCRA "\2", i8 TAT, i8 the emission interval it was written
+-- with; compact log "\1" and the instant of each unit (7 bytes, unsigned)
+-- ascending; ZSET log one member per unit scored by its instant;
+-- concurrency a ZSET of the slots held (ID:k) scored by their lease's
+-- expiry; lease record "\3", B state (1 open, 2 settled), i8 the
+-- reservation's instant, i8 its expiry.
 --
 -- Requires Redis 6.0.
 
@@ -248,384 +181,6 @@ end
 -- Admission, charge and refund all write it so.
 local function settat(key, tat, t)
   redis.call('SET', key, pack('>Bi8i8', 2, tat, t), 'PX', ttl(tat - now))
-end
-
--- The shared fast path (docs/adr/016, "Performance"): Evaluate and
--- EvaluateRepeated (op 0, consuming) whose every window is a sliding
--- log, with a key shared, from 1970 on, as the compact encoding wants
--- (the log-9 and log-9-large shapes). It reads, decides, replies and
--- writes exactly as the general path does for those keys, in one pass
--- over the limits with a few locals instead of the state tables; a key
--- that turns out to hold something else (a GCRA state or a foreign
--- value) sends the call on to the general path, which reads it again
--- (nothing is written before). One loop over the limits chooses.
--- (A second fast path, for sliding logs above the compact bound each on
--- a key of its own, was removed before the first release: it gained on
--- no shape of the bench, docs/adr/017-the-redis-script.md.)
-local cfast = false
-if consume and not leased and now >= 0 then
-  cfast = true
-  for i = 1, n do
-    if arg[4 * i - 3] % 4 ~= 0 then
-      cfast = false
-      break
-    end
-  end
-end
-
--- The shared fast path (the log-9 and log-9-large shapes on the shared
--- layout): Evaluate and EvaluateRepeated whose every window is a sliding
--- log, with a key shared, from 1970 on. One MGET reads every compact
--- log; a key it finds nil under a window above the compact bound is a
--- ZSET log or missing, read by its newest unit. Each compact log is
--- validated and decoded once, as the general path does; each window's
--- count by the same search (or ZCOUNT on a ZSET); the replies per
--- limit; one write per key. A log is written by its content
--- (docs/adr/016, "A log's encoding by its content"): compact while,
--- after the write, it holds at most the compact bound of units (or its
--- largest limit is at or below the bound), else a ZSET, a compact log
--- growing past the bound converted in that write; a ZSET stays a ZSET.
--- A key MGET finds holding a GCRA state, a value it cannot read as a
--- log (left to the general path to name), a key it finds missing under
--- windows at or below the bound that EXISTS says is there (a ZSET), send
--- the call on to the general path, which reads every key again (nothing
--- is written before).
-if cfast then
-  -- Per key, 10 slots of K from 10(k-1): 1 its compact value (false:
-  -- none or a ZSET), 2 its units, 3 the first kept one, 4 its forget
-  -- bound, 5 its newest unit (false: none), 6 the longest period, 7 the
-  -- cost, 8 the first limit naming it, 9 the largest limit, 10 true for
-  -- a ZSET log. Per limit, lw[i]: the first unit inside its window (a
-  -- compact log's index, a ZSET's lower bound), cnt[i] its units. Sized
-  -- at once for the common requests (as the general path's state tables:
-  -- rehashes cost more than filling them).
-  local K, lw, cnt
-  if u <= 5 then
-    K = {
-      false, false, false, false, false, false, false, false, false, false,
-      false, false, false, false, false, false, false, false, false, false,
-      false, false, false, false, false, false, false, false, false, false,
-      false, false, false, false, false, false, false, false, false, false,
-      false, false, false, false, false, false, false, false, false, false,
-    }
-  else
-    K = {}
-    for x = 1, 10 * u do
-      K[x] = false
-    end
-  end
-  if n <= 9 then
-    lw = {false, false, false, false, false, false, false, false, false}
-    cnt = {false, false, false, false, false, false, false, false, false}
-  else
-    lw, cnt = {}, {}
-  end
-  local seen = 0
-  for i = 1, n do
-    local j = 4 * i
-    local k, l, p, c = arg[j - 3] / 4, arg[j - 2], arg[j - 1], arg[j]
-    local b = 10 * k
-    if k == seen + 1 then
-      seen = k
-      K[b - 4], K[b - 3], K[b - 2], K[b - 1] = p, c, i, l
-    elseif k < 1 or k > seen then
-      return redis.error_reply('ERR sluice rate_limit_v5: a limit names key ' .. k .. ': keys are named 1 to u, each first after the ones before it')
-    else
-      if c ~= K[b - 3] then
-        return redis.error_reply('ERR sluice rate_limit_v5: limits that share a key must be sliding logs of one cost')
-      end
-      if p > K[b - 4] then
-        K[b - 4] = p
-      end
-      if l > K[b - 1] then
-        K[b - 1] = l
-      end
-    end
-  end
-  if seen ~= u then
-    return redis.error_reply('ERR sluice rate_limit_v5: every key must be named by a limit')
-  end
-  local got = redis.call('MGET', unpack(KEYS))
-  local miss
-  for k = 1, u do
-    local v, b = got[k], 10 * k
-    if v then
-      if byte(v, 1) ~= 1 then
-        cfast = false
-        break
-      end
-    elseif K[b - 1] > compact then
-      -- A ZSET log or none: its newest unit. A value that is neither, or
-      -- a newest unit out of range, is the general path's to report.
-      local z = redis.pcall('ZREVRANGE', KEYS[k], 0, 0, 'WITHSCORES')
-      if z.err then
-        cfast = false
-        break
-      end
-      if z[2] then
-        local newest = tonumber(z[2])
-        if newest ~= newest or newest < -AHEAD or newest % 1 ~= 0 or newest > horizon then
-          cfast = false
-          break
-        end
-        local latest, p, gr = now, K[b - 4], grace
-        if newest > now then
-          latest = newest
-        end
-        if gr > p then
-          gr = p
-        end
-        K[b - 6], K[b - 5], K[b] = latest - p - gr, newest, true
-      end
-    else
-      miss = miss or {}
-      miss[#miss + 1] = KEYS[k]
-    end
-  end
-  if cfast and miss and redis.call('EXISTS', unpack(miss)) > 0 then
-    cfast = false
-  end
-  if cfast then
-    for k = 1, u do
-      local v, b = got[k], 10 * k
-      if v then
-        local m, lo, fcut, newest = #v - 1, 0, 0, false
-        if m % 7 ~= 0 then
-          return bad(K[b - 2], 'malformed')
-        end
-        m = m / 7
-        if m > 0 then
-          local first
-          first, newest = sunpack('>I7', v, 2), sunpack('>I7', v, 7 * m - 5)
-          if newest > horizon then
-            return bad(K[b - 2], 'future')
-          end
-          if first > newest then
-            return bad(K[b - 2], 'malformed')
-          end
-          -- The forget bound of the longest window (S5).
-          local latest, p, gr = now, K[b - 4], grace
-          if newest > now then
-            latest = newest
-          end
-          if gr > p then
-            gr = p
-          end
-          fcut = latest - p - gr
-          if first <= fcut then
-            lo = above(v, 1, m, fcut, nil, newest)
-          end
-        end
-        K[b - 9], K[b - 8], K[b - 7], K[b - 6], K[b - 5] = v, m, lo, fcut, newest
-      else
-        K[b - 8], K[b - 7] = 0, 0
-      end
-    end
-    -- Each window's units: (lower, now], lower the later of now - p and
-    -- its own forget bound; and A, the least of what each window fits.
-    local A = reps
-    for i = 1, n do
-      local j = 4 * i
-      local l, p, c, k = arg[j - 2], arg[j - 1], arg[j], arg[j - 3] / 4
-      local b = 10 * k
-      local newest, low, count = K[b - 5], 0, 0
-      if newest then
-        local latest, gr = now, grace
-        if newest > now then
-          latest = newest
-        end
-        if gr > p then
-          gr = p
-        end
-        local lower = latest - p - gr
-        if lower < now - p then
-          lower = now - p
-        end
-        if K[b] then
-          low = lower
-          count = redis.call('ZCOUNT', KEYS[k], lower + 1, '+inf')
-        else
-          low = K[b - 7]
-          if lower ~= K[b - 6] then
-            low = above(K[b - 9], low, K[b - 8], lower, nil, newest)
-          end
-          count = K[b - 8] - low
-        end
-      end
-      lw[i], cnt[i] = low, count
-      local room = l - count
-      if room < c * A then
-        if room > 0 then
-          A = (room - room % c) / c
-        else
-          A = 0
-        end
-      end
-    end
-    -- Nine windows: the reply's 19 or more slots sized at once (each is
-    -- written below: false would reach the caller as nil).
-    local reply
-    if n == 9 then
-      reply = {A, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false}
-    else
-      reply = {A}
-    end
-    if A < reps then
-      -- The x-th oldest unit inside a window whose first is low, on key k.
-      local function unit(k, low, x)
-        if K[10 * k] then
-          local z = redis.call('ZRANGEBYSCORE', KEYS[k], '(' .. format('%.0f', low), '+inf', 'WITHSCORES', 'LIMIT', x - 1, 1)
-          local y = tonumber(z[2])
-          return y - y % 1
-        end
-        return sunpack('>I7', K[10 * k - 9], 2 + 7 * (low + x - 1))
-      end
-      -- A refused request's statuses, after the A admitted ones.
-      local o = 1
-      if A > 0 then
-        o = 1 + 2 * n
-      end
-      for i = 1, n do
-        local j = 4 * i
-        local l, p, c, k = arg[j - 2], arg[j - 1], arg[j], arg[j - 3] / 4
-        local low, newest, used = lw[i], K[10 * k - 5], A * c
-        local count = cnt[i]
-        local total, retry, reset = count + used, 0, 0
-        if total + c > l then
-          -- The need-th oldest unit of the window's units and the used
-          -- ones at now, which sort after every unit up to now.
-          local need = total + c - l
-          local first
-          if need <= count then
-            first = unit(k, low, need)
-          end
-          if used > 0 and not (first and first <= now) then
-            local y = need - used
-            first = now
-            if y >= 1 and (K[10 * k] or K[10 * k - 9]) then
-              local x = unit(k, low, y)
-              if x > now then
-                first = x
-              end
-            end
-          end
-          retry = first + p - now
-        end
-        local remaining = l - total
-        if remaining < 0 then
-          remaining = 0
-        end
-        if total > 0 then
-          local top = newest or now
-          if used > 0 and top < now then
-            top = now
-          end
-          reset = top + p - now
-        end
-        reply[o + 1], reply[o + 2], reply[o + 3] = remaining, retry, reset
-        o = o + 3
-      end
-    end
-    if A > 0 then
-      -- Each window's figures after the A-th request, then the writes,
-      -- once per key.
-      local o = 1
-      for i = 1, n do
-        local j = 4 * i
-        local top, newest = now, K[10 * arg[j - 3] / 4 - 5]
-        if newest and newest > now then
-          top = newest
-        end
-        local remaining = arg[j - 2] - cnt[i] - A * arg[j]
-        if remaining < 0 then
-          remaining = 0
-        end
-        reply[o + 1], reply[o + 2] = remaining, top + arg[j - 1] - now
-        o = o + 2
-      end
-      local rec, one, nows = pack('>I7', now), false, false
-      for k = 1, u do
-        local b = 10 * k
-        local key, v, m, lo, newest, p, used = KEYS[k], K[b - 9], K[b - 8], K[b - 7], K[b - 5], K[b - 4], A * K[b - 3]
-        local top, gr = now, grace
-        if newest and newest > now then
-          top = newest
-        end
-        if gr > p then
-          gr = p
-        end
-        local px = ttl(top + p - now + gr)
-        if not K[b] and (K[b - 1] <= compact or m - lo + used <= compact) then
-          -- A compact log: the kept units and the new ones at now, in
-          -- order.
-          local x = rec
-          if used > 1 then
-            x = rep(rec, used)
-          end
-          local w
-          if not v then
-            w = '\1' .. x
-          elseif top == now then
-            if lo == 0 then
-              w = v .. x
-            else
-              w = '\1' .. sub(v, 2 + 7 * lo) .. x
-            end
-          else
-            -- Units ahead of now (instants out of order, within the
-            -- grace): the new units go before the first of them.
-            local y = above(v, lo, m, now, nil, newest)
-            w = '\1' .. sub(v, 2 + 7 * lo, 1 + 7 * y) .. x .. sub(v, 2 + 7 * y)
-          end
-          redis.call('SET', key, w, 'PX', px)
-        else
-          if K[b] then
-            -- The trim of each eighth of the longest period, at its
-            -- forget bound, as the general path's.
-            local q = (p - p % 8) / 8
-            if q < 1 then
-              q = 1
-            end
-            if newest - newest % q ~= now - now % q then
-              redis.call('ZREMRANGEBYSCORE', key, '-inf', K[b - 6])
-            end
-          elseif v then
-            -- A compact log growing past the bound: a ZSET from this
-            -- write on, every kept unit in it, named as the general
-            -- path names them.
-            redis.call('DEL', key)
-            for y = lo, m - 1, 500 do
-              local args = {}
-              for x = y, math.min(y + 499, m - 1) do
-                args[#args + 1] = sunpack('>I7', v, 2 + 7 * x)
-                args[#args + 1] = ARGV[2] .. ':k' .. (x - lo + 1)
-              end
-              redis.call('ZADD', key, unpack(args))
-            end
-          end
-          if not nows then
-            nows = format('%.0f', now)
-          end
-          if used == 1 then
-            if not one then
-              one = ARGV[2] .. ':1'
-            end
-            redis.call('ZADD', key, nows, one)
-          end
-          for y = 1, used > 1 and used or 0, 500 do
-            local args = {}
-            for x = y, math.min(y + 499, used) do
-              args[#args + 1] = nows
-              args[#args + 1] = ARGV[2] .. ':' .. x
-            end
-            redis.call('ZADD', key, unpack(args))
-          end
-          redis.call('PEXPIRE', key, px)
-        end
-      end
-    end
-    return reply
-  end
 end
 
 -- Ops 1-3: the lease record's key, the lease ID, ARGV[3], and for Settle
@@ -835,7 +390,7 @@ for i = 1, n do
   elseif k < 1 or k > seen then
     return redis.error_reply('ERR sluice rate_limit_v5: a limit names key ' .. k .. ': keys are named 1 to u, each first after the ones before it')
   else
-    -- A shared log (docs/adr/015): sliding-log windows of one cost.
+    -- A shared log: sliding-log windows of one cost.
     local b = 12 * k - 12
     if g ~= 0 or ks[b + 11] ~= 0 or arg[j] ~= ks[b + 12] then
       return redis.error_reply('ERR sluice rate_limit_v5: limits that share a key must be sliding logs of one cost')
@@ -855,13 +410,11 @@ end
 -- Read phase: one MGET reads every string; nothing is written before
 -- every key is read and validated. First each key's kind (slot 1): what
 -- MGET found; for a key it finds nil under windows above the compact
--- bound, a ZSET log or none (its ZSET read tells; a log is written by
--- its content, so such a key may hold either: docs/adr/016, "A log's
--- encoding by its content"); for a key found missing under windows that
--- want a string, what one EXISTS over all of them (and TYPE, only when
--- that finds one) says. A concurrency key is always a ZSET: it is left
--- out of the MGET, and its first ZSET command, a pcall, tells a string
--- by WRONGTYPE.
+-- bound, a ZSET log or none (its ZSET read tells); for a key found
+-- missing under windows that want a string, what one EXISTS over all of
+-- them (and TYPE, only when that finds one) says. A concurrency key is
+-- always a ZSET: it is left out of the MGET, and its first ZSET command,
+-- a pcall, tells a string by WRONGTYPE.
 local got
 if zw == 0 then
   if leased then
@@ -1425,8 +978,7 @@ for k = 1, U > 0 and u or 0 do
     local px = ttl(top + p - now + gr)
     -- Compact while the log, after this write, holds at most the
     -- compact bound of units, or its largest limit is at or below it; a
-    -- ZSET stays a ZSET (docs/adr/016, "A log's encoding by its
-    -- content").
+    -- ZSET stays a ZSET.
     -- The units it keeps: a compact log's up to slot 7, a GCRA state's
     -- count (S3); a ZSET's after its forget bound (slot 6).
     local m, kept = ks[kb + 7], 0

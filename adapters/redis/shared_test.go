@@ -26,10 +26,9 @@ type principal struct {
 }
 
 // padded returns shared on keys of its own (prefix "gp") with one more
-// limit: a GCRA window that never refuses. A request with a GCRA window
-// takes the script's general path; one of sliding logs alone sharing a
-// key, the shared fast path (docs/adr/017): the statuses of shared's
-// limits must be the same on each.
+// limit: a GCRA window that never refuses. A window of another algorithm
+// beside the shared logs must change nothing the logs answer: the
+// statuses of shared's limits must be the same with it and without.
 func padded(tg string, ps []principal, cost int64) []domain.Limit {
 	sh, _ := layouts(tg, ps, cost)
 	for i := range sh {
@@ -93,10 +92,7 @@ var crossingPrincipals = []principal{
 // layout's (Allowed, Limiting and every window's Remaining, RetryAfter
 // and ResetAfter, to the microsecond): only the storage is shared. A
 // third copy of each request, padded with a GCRA window that never
-// refuses, runs the script's general path where the other two take the
-// per-window path (every key named by one limit) or the shared fast
-// path (every window a sliding log, a key shared: docs/adr/017), and
-// says the same for their limits. With
+// refuses, says the same for their limits. With
 // compact logs (the default) and with every log a ZSET (LogZSet), on a
 // standalone server and on a cluster.
 func TestSharedLogDifferential(t *testing.T) {
@@ -128,8 +124,8 @@ func onEachStore(t *testing.T, f func(t *testing.T, topology string, log redis.L
 // TestSharedLogDifferential on crossingPrincipals. The "huge" principal's
 // shared log holds few units: a compact log under windows above the
 // bound, reserved, refunded and charged at the lease's instant; its
-// per-window keys are ZSETs throughout, as v4 writes them. Every answer
-// equals the per-window layout's and the general path's. (The random
+// per-window keys follow their own content. Every answer equals the
+// per-window layout's and the padded request's. (The random
 // timelines seldom fill it past the bound: TestSharedLogEncodingFollowsItsContent
 // crosses it on purpose.)
 func TestSharedLogCrossesTheBound(t *testing.T) {
@@ -201,7 +197,7 @@ func sharedTimeline(t *testing.T, s *redis.Store, rng *rand.Rand, name string, p
 			require.Equal(t, b, a, "Evaluate %s", where)
 			g, err := s.Evaluate(ctx, now, gp)
 			require.NoError(t, err, where)
-			samePrefix(t, a, g, "Evaluate, general path %s", where)
+			samePrefix(t, a, g, "Evaluate, padded %s", where)
 			counts[fmt.Sprint("evaluate allowed=", a.Allowed)]++
 		case op < 55:
 			a, err := s.Peek(ctx, now, sh)
@@ -211,7 +207,7 @@ func sharedTimeline(t *testing.T, s *redis.Store, rng *rand.Rand, name string, p
 			require.Equal(t, b, a, "Peek %s", where)
 			g, err := s.Peek(ctx, now, gp)
 			require.NoError(t, err, where)
-			samePrefix(t, a, g, "Peek, general path %s", where)
+			samePrefix(t, a, g, "Peek, padded %s", where)
 			counts["peek"]++
 		case op < 70:
 			n := 2 + rng.IntN(5)
@@ -225,12 +221,12 @@ func sharedTimeline(t *testing.T, s *redis.Store, rng *rand.Rand, name string, p
 			require.Equal(t, b, a, "EvaluateRepeated %d %s", n, where)
 			g, err := s.EvaluateRepeated(ctx, now, gp, n)
 			require.NoError(t, err, where)
-			require.Equal(t, a.Admitted, g.Admitted, "EvaluateRepeated %d, general path %s", n, where)
+			require.Equal(t, a.Admitted, g.Admitted, "EvaluateRepeated %d, padded %s", n, where)
 			if a.Admitted > 0 {
-				samePrefix(t, a.Last, g.Last, "EvaluateRepeated %d, general path %s", n, where)
+				samePrefix(t, a.Last, g.Last, "EvaluateRepeated %d, padded %s", n, where)
 			}
 			if a.Admitted < n {
-				samePrefix(t, a.Refused, g.Refused, "EvaluateRepeated %d, general path %s", n, where)
+				samePrefix(t, a.Refused, g.Refused, "EvaluateRepeated %d, padded %s", n, where)
 			}
 			counts[fmt.Sprint("repeated admitted<n=", a.Admitted < n)]++
 		case op < 85 && lease == nil:
@@ -242,7 +238,7 @@ func sharedTimeline(t *testing.T, s *redis.Store, rng *rand.Rand, name string, p
 			require.Equal(t, lb.At, la.At, "Reserve %s", where)
 			g, lg, err := s.Reserve(ctx, now, gp, time.Minute)
 			require.NoError(t, err, where)
-			samePrefix(t, a, g, "Reserve, general path %s", where)
+			samePrefix(t, a, g, "Reserve, padded %s", where)
 			if a.Allowed {
 				lease = &pending{sh: sh, pw: pw, gp: gp, shL: la, pwL: lb, gL: lg, reservedCost: cost}
 			}
@@ -257,7 +253,7 @@ func sharedTimeline(t *testing.T, s *redis.Store, rng *rand.Rand, name string, p
 			require.Equal(t, b, a, "Settle %d of %d %s", actual, lease.reservedCost, where)
 			g, err := s.Settle(ctx, now, lease.gL, lease.gp, actual)
 			require.NoError(t, err, where)
-			require.Equal(t, a, g, "Settle %d of %d, general path %s", actual, lease.reservedCost, where)
+			require.Equal(t, a, g, "Settle %d of %d, padded %s", actual, lease.reservedCost, where)
 			counts[fmt.Sprint("settle ", actual-lease.reservedCost < 0, actual-lease.reservedCost > 0)]++
 			if before == "string" && lease.sh[0].Key == huge {
 				counts["huge: settled on a compact log"]++
@@ -316,15 +312,14 @@ func TestSharedLogWritesOneKeyPerPrincipal(t *testing.T) {
 
 // TestSharedLogEncodingFollowsItsContent: on the shared layout a log is
 // written compact while it holds at most the compact bound of units,
-// whatever its windows' limits, and as a ZSET beyond it (docs/adr/016,
-// "A log's encoding by its content"). A key holding a compact log of its
+// whatever its windows' limits, and as a ZSET beyond it
+// (docs/adr/017-the-redis-script.md). A key holding a compact log of its
 // one window stays compact when a window above the bound joins it; a
 // log under windows above the bound is reserved, refunded at the
 // lease's instant and charged while compact, crosses the bound in one
 // EvaluateRepeated (a ZSET, every unit kept), stays a ZSET when its units
 // have aged out (no flapping) and is compact again after a Reset. Every
-// answer equals the per-window layout's, whose keys are ZSETs as v4
-// writes them.
+// answer equals the per-window layout's.
 func TestSharedLogEncodingFollowsItsContent(t *testing.T) {
 	srv, s := newDedicated(t, redis.Config{Grace: -1})
 	ctx := t.Context()
@@ -462,9 +457,7 @@ func TestSharedLogReservesOnACluster(t *testing.T) {
 // TestScriptV5RefusesABadLayout: rate_limit_v5 itself refuses, before
 // writing anything, a layout the store never sends: a key index out of
 // order, a KEYS entry no limit names, limits sharing a key with different
-// costs or with a window that is not a sliding log. The general path and
-// the shared fast path (sliding logs alone in a request that shares a
-// key: the cases whose limits outnumber their keys) check it.
+// costs or with a window that is not a sliding log.
 func TestScriptV5RefusesABadLayout(t *testing.T) {
 	addr := redistest.Standalone(t)
 	type lim struct {
