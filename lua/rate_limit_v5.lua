@@ -307,11 +307,11 @@ if leased then
 end
 
 -- Per limit, 5 slots of st from 5(i-1), the ones its window needs: 1
--- its key's index in KEYS, 2 for a log the first index inside the
--- window (compact), for a GCRA window the start (max(TAT, now),
--- converted), 3 the units inside the window (a concurrency window's
--- slots held), 4 the newest unit (or false), 5 for a log the lower bound
--- of the window, for a GCRA window the emission interval.
+-- its key's index in KEYS, 2 for a log the first unit inside the window
+-- (a compact log's index, a ZSET's lower bound), for a GCRA window the
+-- start (max(TAT, now), converted), 3 the units inside the window (a
+-- concurrency window's slots held), 4 the newest unit (or false), 5 a
+-- GCRA window's emission interval.
 -- Per key, 12 slots of ks from 12(k-1): 1 kind, 2 value (a compact
 -- string, or a GCRA state's TAT), 3 a GCRA state's interval, 4 the newest unit (a concurrency key's latest expiry; or
 -- false), 5 the first kept index of a compact log, 6 its forget bound,
@@ -611,8 +611,9 @@ for i = 1, n do
     end
   end
   -- A log's units inside this window: (lower, now], lower the later of
-  -- now - p and this window's own forget bound (S5, with its own p).
-  local count, low, lower = 0, 0, 0
+  -- now - p and this window's own forget bound (S5, with its own p); low
+  -- the first of them, a compact log's index or a ZSET's lower bound.
+  local count, low = 0, 0
   if kind == COMPACT or kind == ZSET then
     if newest then
       local latest, gr = now, grace
@@ -622,7 +623,7 @@ for i = 1, n do
       if gr > p then
         gr = p
       end
-      lower = latest - p - gr
+      local lower = latest - p - gr
       if lower < now - p then
         lower = now - p
       end
@@ -638,7 +639,7 @@ for i = 1, n do
       else
         -- Whole microseconds: (lower, +inf) is [lower + 1, +inf), and a
         -- number reaches Redis exactly, without a string.format.
-        count = redis.call('ZCOUNT', KEYS[k], lower + 1, '+inf')
+        low, count = lower, redis.call('ZCOUNT', KEYS[k], lower + 1, '+inf')
       end
     end
   end
@@ -705,7 +706,7 @@ for i = 1, n do
     else
       fit = 0
     end
-    st[b + 2], st[b + 3], st[b + 4], st[b + 5] = low, count, newest, lower
+    st[b + 2], st[b + 3], st[b + 4] = low, count, newest
   else
     count = ks[kb + 7]
     local room = l - count
@@ -831,7 +832,7 @@ if not consume or A < reps then
     if kind == COMPACT then
       return sunpack('>I7', ks[12 * k - 10], 2 + 7 * (st[b + 2] + x - 1))
     elseif kind == ZSET then
-      local z = redis.call('ZRANGEBYSCORE', KEYS[k], '(' .. format('%.0f', st[b + 5]), '+inf', 'WITHSCORES', 'LIMIT', x - 1, 1)
+      local z = redis.call('ZRANGEBYSCORE', KEYS[k], '(' .. format('%.0f', st[b + 2]), '+inf', 'WITHSCORES', 'LIMIT', x - 1, 1)
       local y = tonumber(z[2])
       return y - y % 1 -- validated integral up to the newest
     end
