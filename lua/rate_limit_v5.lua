@@ -815,13 +815,18 @@ local U = 0 -- the requests consumed
 if consume then
   U = A
 end
--- Nine windows admitted: the reply's 19 slots sized at once (each is
--- written below), cheaper than growing it.
+-- Nine windows, admitted or refused: the reply's 19 or 28 slots sized at
+-- once (each is written below), cheaper than growing it.
 local reply
-if n == 9 and U == reps then
+if n ~= 9 or (U > 0 and U < reps) then
+  reply = {A}
+elseif U > 0 then
   reply = {A, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false, false}
 else
-  reply = {A}
+  reply = {
+    A, false, false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false, false, false,
+  }
 end
 if not consume or A < reps then
   -- The x-th oldest unit inside limit i's window (1 <= x <= count).
