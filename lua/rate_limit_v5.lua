@@ -520,57 +520,48 @@ for k = 1, u do
       return bad(i, 'future')
     end
     ks[b + 1], ks[b + 2], ks[b + 3] = GCRA, tat, tw
-  elseif kind == COMPACT then
-    local m, newest, lo, fcut = #v - 1, false, 0, 0
-    if m % 7 ~= 0 then
-      return bad(i, 'malformed')
+  elseif kind == COMPACT or kind == ZSET then
+    -- A log: its units (a compact one's), first and newest unit, then
+    -- the forget bound of its longest window (S5) and, in a compact log,
+    -- the first unit it keeps.
+    local m, first, newest, lo, fcut = 0, false, false, 0, 0
+    if kind == COMPACT then
+      m = #v - 1
+      if m % 7 ~= 0 then
+        return bad(i, 'malformed')
+      end
+      m = m / 7
+      if m > 0 then
+        first, newest = sunpack('>I7', v, 2), sunpack('>I7', v, 7 * m - 5)
+        if first > newest then
+          return bad(i, 'malformed')
+        end
+      end
+    elseif z[2] then
+      newest = tonumber(z[2])
+      if newest ~= newest or newest < -AHEAD or newest % 1 ~= 0 then
+        return bad(i, 'range')
+      end
+    else
+      kind = NONE
     end
-    m = m / 7
-    if m > 0 then
-      local first
-      first, newest = sunpack('>I7', v, 2), sunpack('>I7', v, 7 * m - 5)
+    if newest then
       if newest > horizon then
         return bad(i, 'future')
       end
-      if first > newest then
-        return bad(i, 'malformed')
-      end
-      -- The forget bound of the longest window (S5).
-      local latest, p = now, ks[b + 9]
+      local latest, p, gr = now, ks[b + 9], grace
       if newest > now then
         latest = newest
       end
-      local gr = grace
       if gr > p then
         gr = p
       end
       fcut = latest - p - gr
-      if first <= fcut then
+      if first and first <= fcut then
         lo = above(v, 1, m, fcut, nil, newest)
       end
     end
-    ks[b + 1], ks[b + 2], ks[b + 4], ks[b + 5], ks[b + 6], ks[b + 7] = COMPACT, v, newest, lo, fcut, m
-  elseif kind == ZSET then
-    if z[2] then
-      local newest = tonumber(z[2])
-      if newest ~= newest or newest < -AHEAD or newest % 1 ~= 0 then
-        return bad(i, 'range')
-      end
-      if newest > horizon then
-        return bad(i, 'future')
-      end
-      local latest, p = now, ks[b + 9]
-      if newest > now then
-        latest = newest
-      end
-      local gr = grace
-      if gr > p then
-        gr = p
-      end
-      ks[b + 4], ks[b + 6] = newest, latest - p - gr
-    else
-      ks[b + 1] = NONE
-    end
+    ks[b + 1], ks[b + 2], ks[b + 4], ks[b + 5], ks[b + 6], ks[b + 7] = kind, v, newest, lo, fcut, m
   elseif kind == CONC then
     -- The slots its unexpired members hold (slot 7) and its latest
     -- expiry.
