@@ -35,4 +35,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "728d6dcbe005ef3af8ded0c18e5fd83bb60a92cc"
+const RateLimitV5SHA1 = "9d79740f76e6ba6c7ed479242f7a486f6b7cb6a0"

@@ -519,7 +519,17 @@ for k = 1, u do
     if tat > horizon then
       return bad(i, 'future')
     end
-    ks[b + 1], ks[b + 2], ks[b + 3] = GCRA, tat, tw
+    -- The units it holds: ceil((TAT - now) / its interval), a partly
+    -- drained one whole (S1, S3).
+    local m = 0
+    if tat > now then
+      local d = tat - now
+      m = (d - d % tw) / tw
+      if d % tw > 0 then
+        m = m + 1
+      end
+    end
+    ks[b + 1], ks[b + 2], ks[b + 3], ks[b + 7] = GCRA, tat, tw, m
   elseif kind == COMPACT or kind == ZSET then
     -- A log: its units (a compact one's), first and newest unit, then
     -- the forget bound of its longest window (S5) and, in a compact log,
@@ -601,11 +611,14 @@ for i = 1, n do
       return redis.error_reply('ERR sluice rate_limit_v5: a concurrency window is held by a reservation (op 1), not consumed by Evaluate')
     end
   end
-  -- A log's units inside this window: (lower, now], lower the later of
-  -- now - p and this window's own forget bound (S5, with its own p); low
-  -- the first of them, a compact log's index or a ZSET's lower bound.
+  -- The units the key holds for this window: a GCRA state's (decoded
+  -- once); a log's inside the window, (lower, now], lower the later of
+  -- now - p and this window's own forget bound (S5, with its own p), low
+  -- the first of them (a compact log's index or a ZSET's lower bound).
   local count, low = 0, 0
-  if kind == COMPACT or kind == ZSET then
+  if kind == GCRA then
+    count = ks[kb + 7]
+  elseif kind == COMPACT or kind == ZSET then
     if newest then
       local latest, gr = now, grace
       if newest > now then
@@ -642,28 +655,14 @@ for i = 1, n do
       t = 1
     end
     local start = now
-    if kind == GCRA then
+    if kind == GCRA and ks[kb + 3] == t then
       if v > now then
-        local w = ks[kb + 3]
-        if w == t then
-          start = v
-        else
-          -- S1: the units outstanding under the interval they were
-          -- written with, a partly drained one whole, at the new one.
-          local d = v - now
-          local x = (d - d % w) / w
-          if d % w > 0 then
-            x = x + 1
-          end
-          x = x * t
-          if x > MAXP then
-            x = MAXP
-          end
-          start = now + x
-        end
+        start = v
       end
-    elseif kind ~= NONE then
-      -- S2: a log's units inside the window, consumed now.
+    else
+      -- S1 (a GCRA state of another interval: the units it holds), S2
+      -- (a log's units inside the window), consumed now at this
+      -- interval.
       local x = count * t
       if x > MAXP then
         x = MAXP
@@ -680,16 +679,7 @@ for i = 1, n do
   elseif g == 0 then
     if kind == GCRA then
       -- S3: the units a GCRA state holds, stamped now.
-      newest = false
-      if v > now then
-        local w = ks[kb + 3]
-        local d = v - now
-        count = (d - d % w) / w
-        if d % w > 0 then
-          count = count + 1
-        end
-        newest = now
-      end
+      newest = count > 0 and now
     end
     local room = l - count
     if room > 0 then
