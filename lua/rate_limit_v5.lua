@@ -791,9 +791,14 @@ else
     false, false, false, false, false, false, false, false, false, false, false, false, false, false,
   }
 end
-if not consume or A < reps then
+-- Each window's figures (ops 0 and 1): its remaining and reset after the
+-- A admitted requests (U consumed), in the reply when any was admitted;
+-- with its retry when a request is refused or peeked, after them.
+local refused = not consume or A < reps
+local unit
+if refused then
   -- The x-th oldest unit inside limit i's window (1 <= x <= count).
-  local function unit(i, x)
+  unit = function(i, x)
     local b = 5 * i - 5
     local k = st[b + 1]
     local kind = ks[12 * k - 11]
@@ -806,119 +811,88 @@ if not consume or A < reps then
     end
     return now
   end
-
-  local o = 1
-  if U > 0 then
-    o = 1 + 2 * n
-  end
-  for i = 1, n do
-    local b = 5 * i - 5
-    local count, newest, t = st[b + 3], st[b + 4], st[b + 5]
-    local j = 4 * i
-    local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
-    local used = U * c
-    local remaining, retry, reset = 0, 0, 0
-    if g == 1 then
-      local start = st[b + 2] + used * t
-      local capacity = t * l
-      if start + c * t - now > capacity then
-        retry = start + c * t - capacity - now
+end
+local o1, o2 = 1, 1
+if U > 0 then
+  o2 = 1 + 2 * n
+end
+for i = 1, op ~= 2 and n or 0 do
+  local b = 5 * i - 5
+  local count, newest = st[b + 3], st[b + 4]
+  local j = 4 * i
+  local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
+  local used = U * c
+  local remaining, retry, reset = 0, 0, 0
+  if g == 1 then
+    local t = st[b + 5]
+    local start, capacity = st[b + 2] + used * t, t * l
+    remaining = capacity - (start - now)
+    remaining = remaining > 0 and (remaining - remaining % t) / t or 0
+    reset = start - now
+    if refused and start + c * t - now > capacity then
+      retry = start + c * t - capacity - now
+    end
+  elseif g == 0 then
+    local total = count + used
+    remaining = l - total
+    if total > 0 then
+      local top = newest or now
+      if used > 0 and top < now then
+        top = now
       end
-      remaining = capacity - (start - now)
-      if remaining > 0 then
-        remaining = (remaining - remaining % t) / t
-      else
-        remaining = 0
+      reset = top + p - now
+    end
+    if refused and total + c > l then
+      -- The need-th oldest unit of the window's units and the used ones
+      -- at now, which sort after every unit up to now.
+      local need = total + c - l
+      local first
+      if need <= count then
+        first = unit(i, need)
       end
-      reset = start - now
-    elseif g == 0 then
-      local total = count + used
-      if total + c > l then
-        -- The need-th oldest unit of the window's units and the used
-        -- ones at now, which sort after every unit up to now.
-        local need = total + c - l
-        local first
-        if need <= count then
-          first = unit(i, need)
-        end
-        if used > 0 and not (first and first <= now) then
-          local y = need - used
-          first = now
-          if y >= 1 then
-            local x = unit(i, y)
-            if x > now then
-              first = x
-            end
+      if used > 0 and not (first and first <= now) then
+        local y = need - used
+        first = now
+        if y >= 1 then
+          local x = unit(i, y)
+          if x > now then
+            first = x
           end
         end
-        retry = first + p - now
       end
-      remaining = l - total
-      if remaining < 0 then
-        remaining = 0
-      end
-      if total > 0 then
-        local top = newest or now
-        if used > 0 and top < now then
-          top = now
-        end
-        reset = top + p - now
-      end
-    else
-      -- A concurrency window (Peek, or a refused Reserve): count slots
-      -- held, newest their latest expiry; a refusal waits for the
-      -- earliest expiry. Instants out of order can find more held than
-      -- the limit: never below zero.
-      remaining = l - count
-      if remaining < 0 then
-        remaining = 0
-      end
-      if count + c > l then
-        local z = redis.call('ZRANGEBYSCORE', KEYS[st[b + 1]], '(' .. format('%.0f', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-        retry = tonumber(z[2]) - now
-      end
-      if count > 0 then
-        reset = newest - now
-      end
+      retry = first + p - now
     end
-    reply[o + 1], reply[o + 2], reply[o + 3] = remaining, retry, reset
-    o = o + 3
+  elseif U > 0 then
+    -- A concurrency window of an admitted Reserve: its slots and the
+    -- lease's, held until the latest expiry.
+    local exp = now + X
+    if not newest or newest < exp then
+      newest = exp
+    end
+    remaining, reset = l - count - used, newest - now
+  else
+    -- A concurrency window (Peek, or a refused Reserve): newest is the
+    -- latest expiry; a refusal waits for the earliest.
+    remaining = l - count
+    if count > 0 then
+      reset = newest - now
+    end
+    if count + c > l then
+      local z = redis.call('ZRANGEBYSCORE', KEYS[st[b + 1]], '(' .. format('%.0f', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      retry = tonumber(z[2]) - now
+    end
   end
-end
-if U > 0 and op ~= 2 then
-  -- Each window's figures after the A-th request.
-  local o = 1
-  for i = 1, n do
-    local b = 5 * i - 5
-    local j = 4 * i
-    local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
-    local used = U * c
-    local remaining, reset
-    if g == 1 then
-      local t = st[b + 5]
-      local new = st[b + 2] + used * t
-      remaining = t * l - (new - now)
-      remaining = (remaining - remaining % t) / t
-      reset = new - now
-    elseif g == 0 then
-      local top, newest = now, st[b + 4]
-      if newest and newest > now then
-        top = newest
-      end
-      remaining = l - st[b + 3] - used
-      reset = top + p - now
-    else
-      local exp, top = now + X, st[b + 4]
-      if not top or top < exp then
-        top = exp
-      end
-      remaining, reset = l - st[b + 3] - used, top - now
-    end
-    if remaining < 0 then
-      remaining = 0
-    end
-    reply[o + 1], reply[o + 2] = remaining, reset
-    o = o + 2
+  -- Instants out of order can find more units than the limit.
+  if remaining < 0 then
+    remaining = 0
+  end
+  if U > 0 then
+    reply[o1 + 1], reply[o1 + 2] = remaining, reset
+    o1 = o1 + 2
+  end
+  if refused then
+    reply[o2 + 1], reply[o2 + 2], reply[o2 + 3] = remaining, retry, reset
+    o2 = o2 + 3
   end
 end
 -- The writes, once per key, after every read.
