@@ -47,9 +47,9 @@ func faultDrill(t *testing.T, name string, fault faultproxy.Fault) {
 	afterProbe(t, r.probes)
 	before := len(r.journal.allTransitions())
 	probesAtFault := r.probes.count()
-	tr.enter(phaseOutage)
 	injected := time.Now()
-	r.proxy.Inject(fault)
+	r.proxy.Inject(fault) // then the phase, as in TestSlowerThanDeadline
+	tr.enter(phaseOutage)
 
 	down, downIdx := r.journal.waitTransition(t, before, domain.Degraded)
 	// In-band failures open it before the next scheduled probe: refusals
@@ -114,9 +114,13 @@ func TestSlowerThanDeadline(t *testing.T) {
 	steady(t, r, time.Second)
 	afterProbe(t, r.probes)
 	before := len(r.journal.allTransitions())
-	tr.enter(phaseOutage)
+	// The fault first, then the phase: a decision the phase counts began
+	// after the fault, but for those already in flight (one a worker). In
+	// the other order a loaded machine let a worker finish two decisions
+	// between the two.
 	injected := time.Now()
 	r.proxy.Inject(faultproxy.Fault{ReplyDelay: delay})
+	tr.enter(phaseOutage)
 	const hold = 16 * probeInterval
 	time.Sleep(hold)
 	tr.enter(phaseRecovering)
