@@ -29,6 +29,17 @@ deps:
 ## cmd/ builds the binaries, would cost a cold run a minute for nothing).
 FIRSTPKGS ?= $(if $(filter ./...,$(PKGS)),$(shell grep -rlE '^func (Benchmark|Test[A-Za-z0-9_]*(Allocs|NoRace))' --include='*_test.go' --exclude-dir=bench --exclude-dir=testdata . | xargs -n1 dirname | sort -u),$(PKGS))
 
+## RACEPKGS: the race pass' packages, the slowest first. go test starts
+## the packages' test binaries in the order it is given them (two at a
+## time), so with ./... in path order the slowest, internal/drills (about
+## 100 s under -race), started last and ran alone for its last minute while
+## the other core had nothing to do; started first, it runs beside the
+## other packages' builds and tests. RACEFIRST lists the packages whose
+## tests took 20 s or more under -race in a cold CI run (the rest follow in
+## path order); a directory that has no tests is left out.
+RACEFIRST ?= ./internal/drills ./adapters/local ./adapters/redis ./app ./examples/demo ./internal/redistest ./conformance
+RACEPKGS  ?= $(if $(filter ./...,$(PKGS)),$(foreach d,$(RACEFIRST),$(if $(wildcard $(d)/*_test.go),$(d))) ./...,$(PKGS))
+
 ## test: set up, then run every test with the race detector. Integration
 ## tests start their own redis-server processes on loopback ports (or use
 ## REDIS_URL / REDIS_CLUSTER_ADDRS); with CI=true a missing Redis fails.
@@ -36,38 +47,61 @@ FIRSTPKGS ?= $(if $(filter ./...,$(PKGS)),$(shell grep -rlE '^func (Benchmark|Te
 ## own and makes sync.Pool drop objects at random), runs the allocation
 ## tests, the tests that need a race-free build (named ...NoRace) and every
 ## benchmark once, so that none rots; then everything runs under the race
-## detector; then every fuzz target for a few seconds (fuzz-smoke); then
-## the bench module's smoke test (bench-smoke).
+## detector; then, side by side, every fuzz target for a few seconds
+## (fuzz-smoke) and the bench module's smoke test (bench-smoke). Neither
+## of those two reads the clock for a verdict (a fuzz budget is a count of
+## inputs, the bench tests check the outputs' form, never their speed), so
+## each fills the time the other spends linking or waiting on Redis and
+## timers; --output-sync keeps each one's output in one piece.
 test: deps
 	$(GO) test -count=1 -run 'Allocs|NoRace' -bench . -benchtime 1x -timeout 5m $(FIRSTPKGS)
-	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
-	$(MAKE) --no-print-directory fuzz-smoke
-	$(MAKE) --no-print-directory bench-smoke
+	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(RACEPKGS)
+	$(MAKE) --no-print-directory -j2 --output-sync=target fuzz-smoke bench-smoke
 
 ## fuzz-smoke: run every fuzz target for FUZZTIME (default 40000 inputs,
 ## one to three seconds here) beyond its committed seed corpus
-## (testdata/fuzz/<FuzzName>/, which plain `go test` runs too). `go test
-## -fuzz` takes one package and one target at a time. A crash is written to
-## the package's testdata/fuzz: commit it, it becomes a regression test.
+## (testdata/fuzz/<FuzzName>/, which plain `go test` runs too). A crash is
+## written to the package's testdata/fuzz: commit it, it becomes a
+## regression test.
 ## The budget is a count of inputs, not a duration: with a duration, Go
 ## 1.26's fuzz coordinator can report its own deadline as a failure
 ## ("context deadline exceeded", no failing input) when a loaded machine
 ## keeps a worker busy past it (golang/go#75804, fixed in Go 1.27); a count
 ## has no deadline to race.
+## `go test -fuzz` takes one package and one target at a time and links a
+## fuzz-instrumented test binary each time; here each package's binary is
+## built once (`go test -c -fuzz`, the same instrumentation) and run, in
+## the package's directory as go test would, once per target, with the
+## fuzz cache go test uses ($GOCACHE/fuzz/<import path>).
+## FUZZTARGETS: package directory:target,target,...; a fuzz target of the
+## module left out of it fails the recipe.
 FUZZTIME ?= 40000x
-FUZZ      = $(GO) test -run '^$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 10s
+FUZZTARGETS = \
+	domain:FuzzValidateRoute,FuzzNormaliseIdentifier,FuzzParseClientIP,FuzzNormaliseIP \
+	app:FuzzParseConfig,FuzzEvaluate \
+	adapters/redis:FuzzDecode \
+	adapters/httpmw:FuzzClientIP,FuzzForwardedRoundTrip,FuzzRefusalHeaders
 .PHONY: fuzz-smoke
 fuzz-smoke:
-	$(FUZZ) -fuzz '^FuzzValidateRoute$$' ./domain
-	$(FUZZ) -fuzz '^FuzzNormaliseIdentifier$$' ./domain
-	$(FUZZ) -fuzz '^FuzzParseClientIP$$' ./domain
-	$(FUZZ) -fuzz '^FuzzNormaliseIP$$' ./domain
-	$(FUZZ) -fuzz '^FuzzParseConfig$$' ./app
-	$(FUZZ) -fuzz '^FuzzEvaluate$$' ./app
-	$(FUZZ) -fuzz '^FuzzDecode$$' ./adapters/redis
-	$(FUZZ) -fuzz '^FuzzClientIP$$' ./adapters/httpmw
-	$(FUZZ) -fuzz '^FuzzForwardedRoundTrip$$' ./adapters/httpmw
-	$(FUZZ) -fuzz '^FuzzRefusalHeaders$$' ./adapters/httpmw
+	@set -e; \
+	for f in $$(grep -rhoE '^func Fuzz[A-Za-z0-9_]*' --include='*_test.go' --exclude-dir=bench . | cut -c6-); do \
+		case ",$$(echo '$(FUZZTARGETS)' | tr ' :' ',,')," in *",$$f,"*) ;; \
+		*) echo "fuzz-smoke: $$f is not in FUZZTARGETS"; exit 1;; esac; \
+	done; \
+	bin=$$(mktemp -d); trap 'rm -rf "$$bin"' EXIT; \
+	cache=$$($(GO) env GOCACHE)/fuzz; \
+	for spec in $(FUZZTARGETS); do \
+		pkg=$${spec%%:*}; \
+		echo "$(GO) test -c -fuzz . -o $$bin/fuzz.test ./$$pkg"; \
+		$(GO) test -c -fuzz . -o "$$bin/fuzz.test" "./$$pkg"; \
+		path=$$($(GO) list "./$$pkg"); \
+		for target in $$(echo "$${spec#*:}" | tr , ' '); do \
+			echo "fuzz $$target ($$path, -fuzztime $(FUZZTIME))"; \
+			(cd "$$pkg" && "$$bin/fuzz.test" -test.paniconexit0 -test.timeout 10m -test.run '^$$' \
+				-test.fuzz "^$$target\$$" -test.fuzztime $(FUZZTIME) -test.fuzzminimizetime 10s \
+				-test.fuzzcachedir "$$cache/$$path"); \
+		done; \
+	done
 
 ## bench: sluice side by side with its peers and the floor script (bench/,
 ## its own module, so the peers stay out of go.mod): starts a private
