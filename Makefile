@@ -29,17 +29,6 @@ deps:
 ## cmd/ builds the binaries, would cost a cold run a minute for nothing).
 FIRSTPKGS ?= $(if $(filter ./...,$(PKGS)),$(shell grep -rlE '^func (Benchmark|Test[A-Za-z0-9_]*(Allocs|NoRace))' --include='*_test.go' --exclude-dir=bench --exclude-dir=testdata . | xargs -n1 dirname | sort -u),$(PKGS))
 
-## RACEPKGS: the race pass' packages, the slowest first. go test starts
-## the packages' test binaries in the order it is given them (two at a
-## time), so with ./... in path order the slowest, internal/drills (about
-## 100 s under -race), started last and ran alone for its last minute while
-## the other core had nothing to do; started first, it runs beside the
-## other packages' builds and tests. RACEFIRST lists the packages whose
-## tests took 20 s or more under -race in a cold CI run (the rest follow in
-## path order); a directory that has no tests is left out.
-RACEFIRST ?= ./internal/drills ./adapters/local ./adapters/redis ./app ./examples/demo ./internal/redistest ./conformance
-RACEPKGS  ?= $(if $(filter ./...,$(PKGS)),$(foreach d,$(RACEFIRST),$(if $(wildcard $(d)/*_test.go),$(d))) ./...,$(PKGS))
-
 ## test: set up, then run every test with the race detector. Integration
 ## tests start their own redis-server processes on loopback ports (or use
 ## REDIS_URL / REDIS_CLUSTER_ADDRS); with CI=true a missing Redis fails.
@@ -55,7 +44,7 @@ RACEPKGS  ?= $(if $(filter ./...,$(PKGS)),$(foreach d,$(RACEFIRST),$(if $(wildca
 ## timers; --output-sync keeps each one's output in one piece.
 test: deps
 	$(GO) test -count=1 -run 'Allocs|NoRace' -bench . -benchtime 1x -timeout 5m $(FIRSTPKGS)
-	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(RACEPKGS)
+	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
 	$(MAKE) --no-print-directory -j2 --output-sync=target fuzz-smoke bench-smoke
 
 ## fuzz-smoke: run every fuzz target for FUZZTIME (default 40000 inputs,
