@@ -36,16 +36,13 @@ FIRSTPKGS ?= $(if $(filter ./...,$(PKGS)),$(shell grep -rlE '^func (Benchmark|Te
 ## own and makes sync.Pool drop objects at random), runs the allocation
 ## tests, the tests that need a race-free build (named ...NoRace) and every
 ## benchmark once, so that none rots; then everything runs under the race
-## detector; then, side by side, every fuzz target for a few seconds
-## (fuzz-smoke) and the bench module's smoke test (bench-smoke). Neither
-## of those two reads the clock for a verdict (a fuzz budget is a count of
-## inputs, the bench tests check the outputs' form, never their speed), so
-## each fills the time the other spends linking or waiting on Redis and
-## timers; --output-sync keeps each one's output in one piece.
+## detector; then every fuzz target for a few seconds (fuzz-smoke); then
+## the bench module's smoke test (bench-smoke).
 test: deps
 	$(GO) test -count=1 -run 'Allocs|NoRace' -bench . -benchtime 1x -timeout 5m $(FIRSTPKGS)
 	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
-	$(MAKE) --no-print-directory -j2 --output-sync=target fuzz-smoke bench-smoke
+	$(MAKE) --no-print-directory fuzz-smoke
+	$(MAKE) --no-print-directory bench-smoke
 
 ## fuzz-smoke: run every fuzz target for FUZZTIME (default 40000 inputs,
 ## one to three seconds here) beyond its committed seed corpus
