@@ -35,4 +35,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "832219acfba2f311e954dc16b45a8b09befcff01"
+const RateLimitV5SHA1 = "a3425855848e5537b82194e972c6fa3947992eaf"

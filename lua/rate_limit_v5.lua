@@ -483,123 +483,119 @@ if probe then
   end
 end
 
--- Then each key's value, validated and decoded once, whatever the
--- windows that read it (a function per key would be a closure of many
--- upvalues, made on every call: it costs more than its work).
-for k = 1, u do
-  local b = 12 * k - 12
-  local kind, v, i = ks[b + 1], got[k], ks[b + 8]
-  local key = KEYS[k]
-  -- A key the windows say is a ZSET: its newest unit, or WRONGTYPE, then
-  -- a string read here (a GCRA state, or a compact log written under a
-  -- limit at or below the bound), decoded below as MGET's would be.
-  local z
-  if kind == ZSET or kind == CONC then
-    z = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
-    if z.err then
-      v = redis.pcall('GET', key)
-      if type(v) ~= 'string' then
-        return bad(i, 'wrongtype')
-      end
-      if byte(v, 1) == 1 then
-        kind = COMPACT
-      else
-        kind = GCRA
-      end
-    end
-  end
-  -- Each kind writes the slots it has (the others stay false).
-  if kind == GCRA then
-    if #v ~= 17 or byte(v, 1) ~= 2 then
-      return bad(i, 'malformed')
-    end
-    local tat, tw = sunpack('>i8i8', v, 2)
-    if tw < 1 or tw > MAXP then
-      return bad(i, 'range')
-    end
-    if tat > horizon then
-      return bad(i, 'future')
-    end
-    -- The units it holds: ceil((TAT - now) / its interval), a partly
-    -- drained one whole (S1, S3).
-    local m = 0
-    if tat > now then
-      local d = tat - now
-      m = (d - d % tw) / tw
-      if d % tw > 0 then
-        m = m + 1
-      end
-    end
-    ks[b + 1], ks[b + 2], ks[b + 3], ks[b + 7] = GCRA, tat, tw, m
-  elseif kind == COMPACT or kind == ZSET then
-    -- A log: its units (a compact one's), first and newest unit, then
-    -- the forget bound of its longest window (S5) and, in a compact log,
-    -- the first unit it keeps.
-    local m, first, newest, lo, fcut = 0, false, false, 0, 0
-    if kind == COMPACT then
-      m = #v - 1
-      if m % 7 ~= 0 then
-        return bad(i, 'malformed')
-      end
-      m = m / 7
-      if m > 0 then
-        first, newest = sunpack('>I7', v, 2), sunpack('>I7', v, 7 * m - 5)
-        if first > newest then
-          return bad(i, 'malformed')
-        end
-      end
-    elseif z[2] then
-      newest = tonumber(z[2])
-      if newest ~= newest or newest < -AHEAD or newest % 1 ~= 0 then
-        return bad(i, 'range')
-      end
-    else
-      kind = NONE
-    end
-    if newest then
-      if newest > horizon then
-        return bad(i, 'future')
-      end
-      local latest, p, gr = now, ks[b + 9], grace
-      if newest > now then
-        latest = newest
-      end
-      if gr > p then
-        gr = p
-      end
-      fcut = latest - p - gr
-      if first and first <= fcut then
-        lo = above(v, 1, m, fcut, nil, newest)
-      end
-    end
-    ks[b + 1], ks[b + 2], ks[b + 4], ks[b + 5], ks[b + 6], ks[b + 7] = kind, v, newest, lo, fcut, m
-  elseif kind == CONC then
-    -- The slots its unexpired members hold (slot 7) and its latest
-    -- expiry.
-    local newest, m = false, 0
-    if z[2] then
-      newest = tonumber(z[2])
-      if newest ~= newest or newest % 1 ~= 0 then
-        return bad(i, 'range')
-      end
-      if newest > horizon then
-        return bad(i, 'future')
-      end
-      if newest > now then
-        m = redis.call('ZCOUNT', key, now + 1, '+inf')
-      end
-    end
-    ks[b + 1], ks[b + 4], ks[b + 7] = CONC, newest, m
-  end
-end
-
 -- Then each window's count in its key, and A, the requests every window
--- admits: the least of what each alone fits.
+-- admits: the least of what each alone fits. A key's value is validated
+-- and decoded once, at the first limit naming it (keys are named in
+-- order), whatever the windows that read it: one pass over the limits.
 local A = reps
 for i = 1, n do
   local j = 4 * i
   local g, l, p, c, k = arg[j - 3], arg[j - 2], arg[j - 1], arg[j], st[5 * i - 4]
   local kb = 12 * k - 12
+  if ks[kb + 8] == i then
+    local b, kind, v, key = kb, ks[kb + 1], got[k], KEYS[k]
+    -- A key the windows say is a ZSET: its newest unit, or WRONGTYPE, then
+    -- a string read here (a GCRA state, or a compact log written under a
+    -- limit at or below the bound), decoded below as MGET's would be.
+    local z
+    if kind == ZSET or kind == CONC then
+      z = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
+      if z.err then
+        v = redis.pcall('GET', key)
+        if type(v) ~= 'string' then
+          return bad(i, 'wrongtype')
+        end
+        if byte(v, 1) == 1 then
+          kind = COMPACT
+        else
+          kind = GCRA
+        end
+      end
+    end
+    -- Each kind writes the slots it has (the others stay false).
+    if kind == GCRA then
+      if #v ~= 17 or byte(v, 1) ~= 2 then
+        return bad(i, 'malformed')
+      end
+      local tat, tw = sunpack('>i8i8', v, 2)
+      if tw < 1 or tw > MAXP then
+        return bad(i, 'range')
+      end
+      if tat > horizon then
+        return bad(i, 'future')
+      end
+      -- The units it holds: ceil((TAT - now) / its interval), a partly
+      -- drained one whole (S1, S3).
+      local m = 0
+      if tat > now then
+        local d = tat - now
+        m = (d - d % tw) / tw
+        if d % tw > 0 then
+          m = m + 1
+        end
+      end
+      ks[b + 1], ks[b + 2], ks[b + 3], ks[b + 7] = GCRA, tat, tw, m
+    elseif kind == COMPACT or kind == ZSET then
+      -- A log: its units (a compact one's), first and newest unit, then
+      -- the forget bound of its longest window (S5) and, in a compact log,
+      -- the first unit it keeps.
+      local m, first, newest, lo, fcut = 0, false, false, 0, 0
+      if kind == COMPACT then
+        m = #v - 1
+        if m % 7 ~= 0 then
+          return bad(i, 'malformed')
+        end
+        m = m / 7
+        if m > 0 then
+          first, newest = sunpack('>I7', v, 2), sunpack('>I7', v, 7 * m - 5)
+          if first > newest then
+            return bad(i, 'malformed')
+          end
+        end
+      elseif z[2] then
+        newest = tonumber(z[2])
+        if newest ~= newest or newest < -AHEAD or newest % 1 ~= 0 then
+          return bad(i, 'range')
+        end
+      else
+        kind = NONE
+      end
+      if newest then
+        if newest > horizon then
+          return bad(i, 'future')
+        end
+        local latest, p, gr = now, ks[b + 9], grace
+        if newest > now then
+          latest = newest
+        end
+        if gr > p then
+          gr = p
+        end
+        fcut = latest - p - gr
+        if first and first <= fcut then
+          lo = above(v, 1, m, fcut, nil, newest)
+        end
+      end
+      ks[b + 1], ks[b + 2], ks[b + 4], ks[b + 5], ks[b + 6], ks[b + 7] = kind, v, newest, lo, fcut, m
+    elseif kind == CONC then
+      -- The slots its unexpired members hold (slot 7) and its latest
+      -- expiry.
+      local newest, m = false, 0
+      if z[2] then
+        newest = tonumber(z[2])
+        if newest ~= newest or newest % 1 ~= 0 then
+          return bad(i, 'range')
+        end
+        if newest > horizon then
+          return bad(i, 'future')
+        end
+        if newest > now then
+          m = redis.call('ZCOUNT', key, now + 1, '+inf')
+        end
+      end
+      ks[b + 1], ks[b + 4], ks[b + 7] = CONC, newest, m
+    end
+  end
   local kind, v, newest = ks[kb + 1], ks[kb + 2], ks[kb + 4]
   local b = 5 * i - 5
   if g == 2 then
