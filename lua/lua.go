@@ -35,4 +35,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "a3425855848e5537b82194e972c6fa3947992eaf"
+const RateLimitV5SHA1 = "e7534e7392793203a19c3b33c9538bd85865e876"

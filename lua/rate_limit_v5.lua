@@ -452,10 +452,12 @@ for k = 1, u do
   if ks[b + 1] then
     kind = CONC
   elseif v then
-    if byte(v, 1) == 1 then
-      kind = COMPACT
-    else
+    -- By its length: a GCRA state is 17 bytes, a compact log never (1 +
+    -- 7 per unit); each is validated below, its tag included.
+    if #v == 17 then
       kind = GCRA
+    else
+      kind = COMPACT
     end
   elseif ks[b + 11] == 0 and ks[b + 10] > compact then
     kind = ZSET
@@ -505,19 +507,21 @@ for i = 1, n do
         if type(v) ~= 'string' then
           return bad(i, 'wrongtype')
         end
-        if byte(v, 1) == 1 then
-          kind = COMPACT
-        else
+        if #v == 17 then
           kind = GCRA
+        else
+          kind = COMPACT
         end
       end
     end
     -- Each kind writes the slots it has (the others stay false).
     if kind == GCRA then
-      if #v ~= 17 or byte(v, 1) ~= 2 then
+      -- One unpack reads the tag too (a call into C costs more than the
+      -- arithmetic around it).
+      local tag, tat, tw = sunpack('>Bi8i8', v)
+      if tag ~= 2 then
         return bad(i, 'malformed')
       end
-      local tat, tw = sunpack('>i8i8', v, 2)
       if tw < 1 or tw > MAXP then
         return bad(i, 'range')
       end
@@ -542,7 +546,7 @@ for i = 1, n do
       local m, first, newest, lo, fcut = 0, false, false, 0, 0
       if kind == COMPACT then
         m = #v - 1
-        if m % 7 ~= 0 then
+        if m % 7 ~= 0 or byte(v, 1) ~= 1 then
           return bad(i, 'malformed')
         end
         m = m / 7
