@@ -112,7 +112,7 @@ func (s *Store) offer(sh *shard, e *entry) {
 	if sh.closed {
 		return
 	}
-	if !s.roomInFlight(c) {
+	if !s.roomInFlight(c) || !s.roomBesideKeysInUse(e, c) {
 		// Offered again as soon as ristretto takes the writes in flight
 		// (handOff), not only at the key's next access: a key used once
 		// would otherwise wait outside ristretto until trimmed, far below
@@ -142,6 +142,25 @@ func (s *Store) offer(sh *shard, e *entry) {
 func (s *Store) roomInFlight(c int64) bool {
 	n := s.inflightBytes.Load()
 	return s.inflight.Load() < maxInflightSets && (n == 0 || n+c <= s.inflightCap.Load())
+}
+
+// roomBesideKeysInUse reports whether e, of c bytes once on its way to
+// ristretto, may go there without leaving the keys used more than once
+// held outside ristretto as the trim's only choice. An entry on its way
+// to ristretto, or one whose Del waits, cannot be forgotten: were the
+// bytes of those to fill the share with the keys in use beside them, a
+// key in use would lose its state while the keys used once were safe in
+// ristretto's buffer. So a key used once goes only while those bytes, its
+// own and the listed keys used more than once fit the share; otherwise it
+// waits, listed, and at the bound it is the one forgotten. A key used
+// more than once always goes. Called with e's shard lock held.
+func (s *Store) roomBesideKeysInUse(e *entry, c int64) bool {
+	once, again, eOnce := s.lru.weigh(e)
+	if !eOnce {
+		return true
+	}
+	held := s.outBytes.Load() - once - again // in flight, grown, the list's array
+	return held+c+again <= s.outCap.Load()+s.cacheRoom.Load()
 }
 
 // handoffQueue is the entries the in-flight limit kept from ristretto,
@@ -310,6 +329,9 @@ func (s *Store) over() bool { return s.outBytes.Load() > s.outCap.Load()+s.cache
 // first.
 func (s *Store) trim() {
 	for s.over() {
+		if s.waitForWrites() {
+			return
+		}
 		e := s.lru.first()
 		if e == nil {
 			return
@@ -325,6 +347,20 @@ func (s *Store) trim() {
 			return
 		}
 	}
+}
+
+// waitForWrites reports whether the trim should leave the keys held
+// outside ristretto over their share until ristretto takes the writes on
+// their way to it: the keys listed are all used more than once, and
+// those writes (keys used once among them, at their first use) are all
+// of the excess. Each one is admitted, when ristretto evicts what its
+// policy rates lowest, or refused, when it comes back at the front of
+// the list: forgetting a key in use now would forget it ahead of them.
+// The wait ends with the writes: the callback that takes the last one
+// trims again (admitting, displaced).
+func (s *Store) waitForWrites() bool {
+	n := s.inflightBytes.Load()
+	return n > 0 && s.outBytes.Load()-n <= s.outCap.Load()+s.cacheRoom.Load() && s.lru.firstAgain()
 }
 
 // idle reports whether e's state has been trivial for IdleGrace at the
@@ -349,7 +385,7 @@ func (s *Store) idle(e *entry) bool {
 func (s *Store) admitting(e *entry) int64 {
 	size, reshared := s.admit(e)
 	s.noteRoom(size)
-	if reshared {
+	if reshared || s.over() {
 		s.trim()
 	}
 	return size
@@ -490,6 +526,7 @@ func (s *Store) recostLocked(sh *shard, e *entry) {
 		if e.slot {
 			size = max(size-e.cost, 0)
 		}
+		s.lru.recharge(e, size-e.charge)
 		s.outBytes.Add(size - e.charge)
 		e.charge = size
 	case inFlight:

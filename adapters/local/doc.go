@@ -152,10 +152,20 @@
 // and however many new keys come between two of its uses. The order is
 // exact: a key ristretto gives up goes back in the line by the instant it
 // was last used, behind every key used since, and a key used again moves
-// to the back. (The price is a newcomer's: while keys used more than once
-// fill the share, a new key ristretto refuses goes first, until its uses,
-// which ristretto's sketch counts across its forgotten states, earn its
-// admission.) A forgotten key that was idle loses nothing
+// to the back. Nor does a key used once get ahead of a key in use by
+// being on its way to ristretto, where the store cannot forget it: it
+// goes (its Set) only while the bytes held outside ristretto that the
+// store cannot forget at once (the writes on their way to ristretto, the
+// growth of keys whose Del waits), its own and those of the keys used
+// more than once held outside fit their share, and waits in the line
+// otherwise; and when the keys used more than once are all that is left
+// to forget and the writes on their way to ristretto are all of the
+// excess, the store lets ristretto take them (each is admitted, ristretto
+// evicting what its policy rates lowest, or refused back to the front of
+// the line) before it forgets a key in use. (The price is a newcomer's:
+// while keys used more than once fill the share, a new key ristretto
+// refuses goes first, until its uses, which ristretto's sketch counts
+// across its forgotten states, earn its admission.) A forgotten key that was idle loses nothing
 // (Stats().Expired counts it). A forgotten key that was live loses
 // its state (Stats().Dropped counts it): its next request starts from a
 // full quota, so within the window in progress it can admit up to one more
@@ -163,7 +173,9 @@
 // always accepted and counted, and a decision never fails for lack of
 // memory. Stats().Bytes is the store's running estimate; it passes
 // MaxMemory only by the keys of the decisions under way (which are never
-// forgotten under them) and while ristretto's callbacks run.
+// forgotten under them), while ristretto's callbacks run, and by the
+// writes on their way to ristretto (at most half the share of the keys
+// held outside it) while it takes them in place of keys in use.
 //
 // Entries are forgotten when idle; ristretto's own TTL is not used, because
 // it runs on the wall clock while the store counts on the instants it is

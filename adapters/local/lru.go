@@ -44,6 +44,9 @@ type lru struct {
 	heap   []*entry
 	seq    uint64 // order of listing: breaks ties in rank
 	newest int64  // the newest rank given: an access moves an entry behind it
+	// once and again are the bytes the listed entries count (their
+	// charge), those used once and those used more than once.
+	once, again int64
 	// out is the store's count of the bytes held outside ristretto
 	// (Store.outBytes), where the heap's array is counted: it grows with
 	// the entries listed.
@@ -69,6 +72,7 @@ func (l *lru) push(e *entry, rank int64, again bool) {
 		l.resize(max(2*cap(l.heap), minHeapSlots))
 	}
 	e.listed, e.again = true, again
+	l.count(e, e.charge)
 	l.rankLocked(e, rank)
 	e.hidx = int32(len(l.heap))
 	l.heap = append(l.heap, e)
@@ -79,6 +83,7 @@ func (l *lru) push(e *entry, rank int64, again bool) {
 func (l *lru) remove(e *entry) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.count(e, -e.charge)
 	i, last := int(e.hidx), len(l.heap)-1
 	if i != last {
 		l.swap(i, last)
@@ -101,9 +106,40 @@ func (l *lru) touch(e *entry, used int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e.listed {
+		if !e.again {
+			l.once -= e.charge
+			l.again += e.charge
+		}
 		e.again = true
 		l.rankLocked(e, max(l.newest, used))
 		l.down(int(e.hidx)) // its key only grew
+	}
+}
+
+// recharge records that a listed e's charge is about to change by d.
+// Called with e's shard lock held, as every change of a charge is.
+func (l *lru) recharge(e *entry, d int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e.listed {
+		l.count(e, d)
+	}
+}
+
+// weigh returns the bytes the listed entries count, those used once and
+// those used more than once, and whether e is listed as used once.
+func (l *lru) weigh(e *entry) (once, again int64, eOnce bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.once, l.again, e.listed && !e.again
+}
+
+// count adds d to the bytes listed of e's kind. Called with mu held.
+func (l *lru) count(e *entry, d int64) {
+	if e.again {
+		l.again += d
+	} else {
+		l.once += d
 	}
 }
 
@@ -117,10 +153,19 @@ func (l *lru) first() *entry {
 	return l.heap[0]
 }
 
+// firstAgain reports whether the entry to forget first was used more
+// than once: no entry used once is listed.
+func (l *lru) firstAgain() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.heap) > 0 && l.heap[0].again
+}
+
 // clear empties the list, for Close (which resets the bytes counted).
 func (l *lru) clear() {
 	l.mu.Lock()
 	l.heap = nil
+	l.once, l.again = 0, 0
 	l.mu.Unlock()
 }
 
