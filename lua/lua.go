@@ -25,14 +25,13 @@ import _ "embed" // for go:embed
 // Evaluate, Peek and the repeated form, Reserve, Settle and Renew, with
 // each distinct key sent once and each limit naming its key by index, so
 // that several sliding-log windows of one request count in one shared
-// log, read once and written once
-// (docs/adr/015-one-log-per-principal.md). Its header documents the
-// KEYS/ARGV layout, the replies and the encodings; see
-// docs/adr/017-the-redis-script.md.
+// log, read once and written once. Its header documents the KEYS/ARGV
+// layout, the replies and the encodings; the rules and how a script
+// changes after a release are docs/adr/017-the-redis-script.md.
 //
 //go:embed rate_limit_v5.lua
 var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "e7534e7392793203a19c3b33c9538bd85865e876"
+const RateLimitV5SHA1 = "9ea59cb9224697a9abc5971be7a89632d4353984"

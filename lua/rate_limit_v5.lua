@@ -613,9 +613,10 @@ for i = 1, n do
     end
   end
   -- The units the key holds for this window: a GCRA state's, the slots
-  -- a concurrency key holds (decoded once); a log's inside the window, (lower, now], lower the later of
-  -- now - p and this window's own forget bound (S5, with its own p), low
-  -- the first of them (a compact log's index or a ZSET's lower bound).
+  -- a concurrency key holds (decoded once); a log's inside the window,
+  -- (lower, now], lower the later of now - p and this window's own
+  -- forget bound (S5, with its own p), low the first of them (a compact
+  -- log's index or a ZSET's lower bound).
   local count, low = 0, 0
   if kind == GCRA or kind == CONC then
     count = ks[kb + 7]
