@@ -35,3 +35,17 @@ var RateLimitV5 string
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
 const RateLimitV5SHA1 = "9ea59cb9224697a9abc5971be7a89632d4353984"
+
+//go:embed batch_v5.lua
+var batchTail string
+
+// BatchV5 is the batch script (docs/adr/018-batches.md): RateLimitV5's
+// text as the body of a function, called once per request of a batch,
+// then batch_v5.lua, which splits KEYS and ARGV between the requests and
+// returns each one's reply or error in order. Every rule stays written
+// once, in RateLimitV5; a batch decides each request exactly as that
+// request's own call of RateLimitV5 would, one after the other.
+var BatchV5 = "local function decide(KEYS, ARGV)\n" + RateLimitV5 + "\nend\n" + batchTail
+
+// BatchV5SHA1 is the SHA1 of BatchV5. A test checks it against the text.
+const BatchV5SHA1 = "2f409195644902996c8a14ad92ad4792d4dbfcfc"

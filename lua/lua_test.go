@@ -20,3 +20,17 @@ func TestRateLimitV5IsImmutable(t *testing.T) {
 		t.Fatalf("RateLimitV5SHA1 = %s, pinned %s", RateLimitV5SHA1, pinnedRateLimitV5)
 	}
 }
+
+// pinnedBatchV5 is the SHA1 of BatchV5: rate_limit_v5.lua inside a
+// function, then batch_v5.lua. Released, both are immutable.
+const pinnedBatchV5 = "2f409195644902996c8a14ad92ad4792d4dbfcfc"
+
+func TestBatchV5IsImmutable(t *testing.T) {
+	sum := sha1.Sum([]byte(BatchV5))
+	if got := hex.EncodeToString(sum[:]); got != pinnedBatchV5 {
+		t.Fatalf("BatchV5 has SHA1 %s, pinned %s: released scripts are immutable; put changes in a new file", got, pinnedBatchV5)
+	}
+	if BatchV5SHA1 != pinnedBatchV5 {
+		t.Fatalf("BatchV5SHA1 = %s, pinned %s", BatchV5SHA1, pinnedBatchV5)
+	}
+}

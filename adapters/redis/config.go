@@ -196,6 +196,13 @@ type Config struct {
 	// (a slot migration left half done), which opens no breaker
 	// (docs/adr/008).
 	MaxRedirections int
+	// MaxBatch bounds the requests one script call decides; 0 means
+	// DefaultMaxBatch, 1 sends every request in a call of its own. A
+	// request bound for a node (a slot, on a cluster) with no call in
+	// flight goes at once, alone; the ones that arrive while a call is in
+	// flight go together when it returns, each decided exactly as its own
+	// call would (docs/adr/018-batches.md).
+	MaxBatch int
 	// ClientName is sent with CLIENT SETNAME, to spot the store's
 	// connections in CLIENT LIST; empty means "sluice".
 	ClientName string
@@ -224,6 +231,8 @@ func (c Config) validate(haveClient bool) error {
 		return &domain.ConfigError{Field: "redis.max_redirections", Reason: "must not be negative"}
 	case c.DB < 0:
 		return &domain.ConfigError{Field: "redis.db", Reason: "must not be negative"}
+	case c.MaxBatch < 0 || c.MaxBatch > maxMaxBatch:
+		return &domain.ConfigError{Field: "redis.max_batch", Reason: fmt.Sprintf("must be between 0 (default) and %d", maxMaxBatch)}
 	case c.Mode > ModeCluster:
 		return &domain.ConfigError{Field: "redis.mode", Reason: "unknown mode"}
 	case c.Time > CallerTime:
@@ -267,6 +276,18 @@ func urlError(raw string, err error) error {
 		}
 	}
 	return &domain.ConfigError{Field: "redis.url", Reason: "not a redis URL: " + msg}
+}
+
+// maxMaxBatch bounds Config.MaxBatch: a batch's Redis time grows with its
+// requests, and the node serves nothing else meanwhile.
+const maxMaxBatch = 1024
+
+// maxBatch returns MaxBatch or its default.
+func (c Config) maxBatch() int {
+	if c.MaxBatch == 0 {
+		return DefaultMaxBatch
+	}
+	return c.MaxBatch
 }
 
 // timeout returns Timeout or its default.

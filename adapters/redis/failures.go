@@ -69,26 +69,35 @@ func (s *Store) exec(ctx context.Context, keys, args []string) rueidis.RedisResu
 			// A success, or no reply of Redis' own: the script may have run.
 			return resp
 		}
-		switch {
-		case re.IsTryAgain():
+		if re.IsTryAgain() {
 			if !sleepWithin(ctx, wait) {
 				return rueidis.NewErrorResult(fmt.Errorf("%w: %w: TRYAGAIN until the deadline (a slot in migration): %w",
 					domain.ErrStoreTimeout, ports.ErrNotRun, context.DeadlineExceeded))
 			}
 			wait = min(2*wait, tryAgainMaxWait)
 			continue
-		case isRedirection(re):
-			return rueidis.NewErrorResult(fmt.Errorf("%w: %w: %w: last reply %q",
-				domain.ErrStoreUnavailable, ports.ErrNotRun, ErrRedirections, re.Error()))
-		case foreignValueReply(re):
-			return rueidis.NewErrorResult(s.foreignValue(ctx, keys, re))
 		}
-		return resp
+		return s.classify(ctx, keys, resp)
 	}
 }
 
-// sleepWithin waits d unless ctx's deadline comes first (then it returns
-// false at once: a retry that cannot answer in time is not sent).
+// classify turns what rueidis returns for redirections past the bound and
+// for a key of the wrong type into errors of their class; every other
+// outcome is returned as it came. exec and a request of a batch
+// (batch.go) end here.
+func (s *Store) classify(ctx context.Context, keys []string, resp rueidis.RedisResult) rueidis.RedisResult {
+	re, ok := rueidis.IsRedisErr(resp.Error())
+	switch {
+	case !ok:
+	case isRedirection(re):
+		return rueidis.NewErrorResult(fmt.Errorf("%w: %w: %w: last reply %q",
+			domain.ErrStoreUnavailable, ports.ErrNotRun, ErrRedirections, re.Error()))
+	case foreignValueReply(re):
+		return rueidis.NewErrorResult(s.foreignValue(ctx, keys, re))
+	}
+	return resp
+}
+
 func sleepWithin(ctx context.Context, d time.Duration) bool {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
 		return false

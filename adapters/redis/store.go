@@ -99,17 +99,22 @@ import (
 // key holding a value the script cannot interpret a
 // *domain.StoreValueError (that request's fault, not an outage).
 type Store struct {
-	client     rueidis.Client
-	ownClient  bool
-	script     *rueidis.Lua
-	timeout    time.Duration
-	ownTimeout string // says whose deadline passed, in errors
-	serverTime bool
-	minTTL     uint32 // milliseconds
-	compact    uint32 // largest sliding-log limit stored compactly
-	grace      int64  // microseconds (rule S5)
-	cluster    bool   // the client speaks to a Redis Cluster (ports.Partitioned)
-	closed     atomic.Bool
+	client    rueidis.Client
+	ownClient bool
+	script    *rueidis.Lua
+	batch     *rueidis.Lua // lua.BatchV5
+	maxBatch  int
+	batchers  []batcher // one (standalone) or one per slot (cluster)
+
+	batchCalls, batchRequests atomic.Uint64 // Batched
+	timeout                   time.Duration
+	ownTimeout                string // says whose deadline passed, in errors
+	serverTime                bool
+	minTTL                    uint32 // milliseconds
+	compact                   uint32 // largest sliding-log limit stored compactly
+	grace                     int64  // microseconds (rule S5)
+	cluster                   bool   // the client speaks to a Redis Cluster (ports.Partitioned)
+	closed                    atomic.Bool
 
 	// noncePrefix is random per Store, nonceCounter counts calls: together
 	// they name ZSET members uniquely across processes and calls.
@@ -201,6 +206,8 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	s := &Store{
 		client:     o.client,
 		script:     rueidis.NewLuaScript(lua.RateLimitV5),
+		batch:      rueidis.NewLuaScript(lua.BatchV5),
+		maxBatch:   cfg.maxBatch(),
 		timeout:    cfg.timeout(),
 		ownTimeout: fmt.Sprintf("the store's own %s timeout (the call had no deadline)", cfg.timeout()),
 		serverTime: cfg.Time == ServerTime,
@@ -230,6 +237,7 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 		// The caller's client: its connections are the caller's to dial,
 		// the script is ours to load.
 		s.cluster = s.client.Mode() == rueidis.ClientModeCluster
+		s.makeBatchers()
 		if err := s.warm(ctx, nil); err != nil && !isOutage(err) {
 			return nil, err
 		}
@@ -241,6 +249,7 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	}
 	s.client, s.ownClient = client, true
 	s.cluster = client.Mode() == rueidis.ClientModeCluster
+	s.makeBatchers()
 	// Dial every pipelined connection and load the script now, so that
 	// no decision pays for either under its deadline. In ModeStandalone a
 	// server that is down is not an error: the store boots, and its calls
@@ -253,27 +262,43 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// LoadScript sends SCRIPT LOAD of lua.RateLimitV5 to every node and checks
-// that each answers with lua.RateLimitV5SHA1. New calls it; call it again
-// after a server restart to spare the first decisions a NOSCRIPT round
-// trip. A node that cannot answer gives an error wrapping
-// domain.ErrStoreUnavailable (or domain.ErrStoreTimeout); a node that
-// names the script otherwise, an error wrapping ErrScriptMismatch.
+// LoadScript sends SCRIPT LOAD of lua.RateLimitV5 and lua.BatchV5 to
+// every node and checks that each answers with lua.RateLimitV5SHA1 and
+// lua.BatchV5SHA1. New calls it; call it again after a server restart to
+// spare the first decisions a NOSCRIPT round trip. A node that cannot
+// answer gives an error wrapping domain.ErrStoreUnavailable (or
+// domain.ErrStoreTimeout); a node that names a script otherwise, an
+// error wrapping ErrScriptMismatch.
 func (s *Store) LoadScript(ctx context.Context) error {
 	if s.closed.Load() {
 		return domain.ErrStoreClosed
 	}
 	var errs []error
 	for addr, node := range s.client.Nodes() {
-		sha, err := node.Do(ctx, node.B().ScriptLoad().Script(lua.RateLimitV5).Build()).ToString()
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("SCRIPT LOAD on %s: %w", addr, s.mapErr(ctx, ctx, err, "the caller's deadline")))
-		case sha != lua.RateLimitV5SHA1:
-			errs = append(errs, fmt.Errorf("%w: SCRIPT LOAD on %s returned %s, want %s", ErrScriptMismatch, addr, sha, lua.RateLimitV5SHA1))
+		for _, sc := range [...]struct{ src, sha string }{{lua.RateLimitV5, lua.RateLimitV5SHA1}, {lua.BatchV5, lua.BatchV5SHA1}} {
+			sha, err := node.Do(ctx, node.B().ScriptLoad().Script(sc.src).Build()).ToString()
+			switch {
+			case err != nil:
+				errs = append(errs, fmt.Errorf("SCRIPT LOAD on %s: %w", addr, s.mapErr(ctx, ctx, err, "the caller's deadline")))
+			case sha != sc.sha:
+				errs = append(errs, fmt.Errorf("%w: SCRIPT LOAD on %s returned %s, want %s", ErrScriptMismatch, addr, sha, sc.sha))
+			}
+			if err != nil {
+				break
+			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// makeBatchers sizes the batchers for the client's mode: one for a
+// standalone server, one per hash slot (16 384) for a cluster.
+func (s *Store) makeBatchers() {
+	n := 1
+	if s.cluster {
+		n = slotCount
+	}
+	s.batchers = make([]batcher, n)
 }
 
 // Client returns the underlying rueidis client, e.g. for a health check
@@ -364,7 +389,7 @@ func (s *Store) call(ctx context.Context, now time.Time, limits []domain.Limit, 
 	args := s.pack(buf, now, limits, &req)
 	cctx, cancel, whose := s.deadline(ctx)
 	defer cancel()
-	resp := s.exec(cctx, buf.keys, args)
+	resp := s.send(cctx, buf.keys, args)
 	if resp.NonRedisError() == nil {
 		// Redis answered: rueidis is done with the arguments.
 		defer s.bufs.Put(buf)
