@@ -1,5 +1,7 @@
 // Package lua holds sluice's Redis script, embedded in the binary: one
-// script for every op of the Redis store (docs/adr/017-the-redis-script.md).
+// script for every op of the Redis store (docs/adr/017-the-redis-script.md),
+// and the batch script that calls it once per request of a batch
+// (docs/adr/018-batches.md).
 //
 // How it changes after a release (docs/adr/017, "After the first
 // release"):

@@ -26,12 +26,18 @@ import (
 // about 2.5 ms, well under what a waiting request's deadline allows.
 const DefaultMaxBatch = 64
 
+// batchInFlight is how many calls a batcher keeps in flight: a request
+// finding fewer goes at once, alone; else it queues. Two let Redis run
+// one call while the client sends the next and reads the last: with one,
+// each waits for the other.
+const batchInFlight = 2
+
 // batcher queues the requests bound for one node (one slot on a cluster)
-// while a call to it is in flight.
+// while batchInFlight calls to it are in flight.
 type batcher struct {
-	mu    sync.Mutex
-	busy  bool      // a call is in flight; newcomers queue
-	queue []*waiter // in arrival order
+	mu       sync.Mutex
+	inflight int       // calls in flight; at batchInFlight newcomers queue
+	queue    []*waiter // in arrival order
 }
 
 // waiter is one queued request: its call's KEYS and ARGV, and what came
@@ -49,16 +55,16 @@ type waiter struct {
 
 var waiters = sync.Pool{New: func() any { return &waiter{done: make(chan struct{}, 1)} }}
 
-// send runs one request's call: alone when its batcher is idle (or
-// batching is off), else in the next batch.
+// send runs one request's call: alone when its batcher has a call to
+// spare (or batching is off), else in the next batch.
 func (s *Store) send(ctx context.Context, keys, args []string) rueidis.RedisResult {
 	if s.maxBatch <= 1 {
 		return s.exec(ctx, keys, args)
 	}
 	b := s.batcherFor(keys[0])
 	b.mu.Lock()
-	if !b.busy {
-		b.busy = true
+	if b.inflight < batchInFlight {
+		b.inflight++
 		b.mu.Unlock()
 		resp := s.exec(ctx, keys, args)
 		s.next(b)
@@ -102,11 +108,11 @@ func (s *Store) batcherFor(key string) *batcher {
 }
 
 // next hands b's queue, if any, to a goroutine that sends it batch after
-// batch until it is empty; else it marks b idle.
+// batch until it is empty; else the call that ended is b's no more.
 func (s *Store) next(b *batcher) {
 	b.mu.Lock()
 	if len(b.queue) == 0 {
-		b.busy = false
+		b.inflight--
 		b.mu.Unlock()
 		return
 	}
@@ -115,13 +121,13 @@ func (s *Store) next(b *batcher) {
 }
 
 // drain sends b's queue, at most maxBatch requests a call, until it finds
-// it empty; then b is idle.
+// it empty; then its call is b's no more.
 func (s *Store) drain(b *batcher) {
 	var batch []*waiter
 	for {
 		b.mu.Lock()
 		if len(b.queue) == 0 {
-			b.busy = false
+			b.inflight--
 			b.mu.Unlock()
 			return
 		}

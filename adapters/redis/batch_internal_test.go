@@ -174,7 +174,7 @@ func state(t *testing.T, s *Store, tag string) []string {
 }
 
 // inOneBatch runs ops so that they reach Redis together, in order: it
-// marks the batcher of tag's slot busy, starts each op once the one
+// fills the calls in flight of the batcher of tag's slot, starts each op once the one
 // before it has queued (or returned without a call: a request refused
 // before anything is sent), then hands the queue on. It returns the
 // outcomes in order.
@@ -182,11 +182,14 @@ func inOneBatch(t *testing.T, s *Store, tag string, ops []batchOp) []string {
 	b := s.batcherFor("{" + tag + "}")
 	idle(t, b)
 	b.mu.Lock()
-	b.busy = true
+	b.inflight = batchInFlight
 	b.mu.Unlock()
 	out := make([]string, len(ops))
 	var wg sync.WaitGroup
 	defer func() {
+		b.mu.Lock()
+		b.inflight = 1 // the others end here; the last sends the queue
+		b.mu.Unlock()
 		s.next(b)
 		wg.Wait()
 		idle(t, b)
@@ -222,7 +225,7 @@ func idle(t *testing.T, b *batcher) {
 	require.Eventually(t, func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		return !b.busy
+		return b.inflight == 0
 	}, 10*time.Second, 50*time.Microsecond)
 }
 

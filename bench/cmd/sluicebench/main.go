@@ -69,6 +69,7 @@ type options struct {
 	httpStore   time.Duration
 	redisAddr   string
 	goRedisPool int
+	maxBatch    int
 	inProcess   bool
 	benchtime   string
 	rounds      int
@@ -94,6 +95,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.population, "population", 1000, "clients the Redis shapes cycle through")
 	fs.IntVar(&o.demoPop, "demo-population", suite.DemoPopulation, "clients the demo shape cycles through (its limits are a service's: fewer clients reach them)")
 	fs.StringVar(&o.redisAddr, "redis", "", "host:port of a Redis to use instead of starting one (it is flushed!)")
+	fs.IntVar(&o.maxBatch, "max-batch", 0, "sluice's redis.Config.MaxBatch: the most requests one script call decides; 0: the store's default, 1: every request alone")
 	fs.IntVar(&o.goRedisPool, "goredis-pool", 0, "go-redis pool size for redis_rate; 0: go-redis' default, 10 per CPU")
 	fs.BoolVar(&o.redisShapes, "redis-shapes", true, "run the Redis shapes")
 	fs.BoolVar(&o.inProcess, "inproc", true, "run the in-process Go benchmarks")
@@ -335,7 +337,7 @@ func measureRedis(ctx context.Context, o *options, r *report.Run, log io.Writer)
 				return err
 			}
 		}
-		env := &suite.Env{Addr: srv.Addr(), Population: pops[n], GoRedisPool: o.goRedisPool, DemoConfig: demoConfig}
+		env := &suite.Env{Addr: srv.Addr(), Population: pops[n], GoRedisPool: o.goRedisPool, DemoConfig: demoConfig, MaxBatch: o.maxBatch}
 		for i, c := range o.concurrency {
 			ms, err := measureRounds(ctx, srv, env, o, shape, c, i, log)
 			if err != nil {

@@ -15,9 +15,9 @@ import (
 )
 
 // newStore connects sluice's Redis store with its defaults but the
-// deadline.
+// deadline (and the batch bound, when -max-batch gives one).
 func newStore(env *Env) (*redis.Store, error) {
-	return redis.New(redis.Config{Addrs: []string{env.Addr}, Timeout: callTimeout})
+	return redis.New(redis.Config{Addrs: []string{env.Addr}, Timeout: callTimeout, MaxBatch: env.MaxBatch})
 }
 
 // sluiceStore is sluice's Redis store alone: one Evaluate per request.

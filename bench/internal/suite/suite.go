@@ -41,6 +41,9 @@ type Env struct {
 	// DemoConfig is the demo's configuration file (DemoConfigPath), which
 	// the demo shape reads its profile from.
 	DemoConfig []byte
+	// MaxBatch is sluice's redis.Config.MaxBatch (0: its default; 1:
+	// every request in a call of its own).
+	MaxBatch int
 }
 
 // Contender is one implementation of a shape.
