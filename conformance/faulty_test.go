@@ -89,6 +89,11 @@ const (
 	// trimsByShortest forgets a shared log's units by the shortest period
 	// among its windows (plus that period as grace), not the longest.
 	trimsByShortest
+	// batchReversed decides the requests of a batch last first.
+	batchReversed
+	// batchErrorSpreads fails every request of a batch after one that
+	// does not validate, with its error.
+	batchErrorSpreads
 )
 
 var faultNames = map[fault]string{
@@ -117,6 +122,8 @@ var faultNames = map[fault]string{
 	repeatedOverAdmits:      "RepeatedOverAdmits",
 	recordsPerWindow:        "RecordsPerWindow",
 	trimsByShortest:         "TrimsByShortest",
+	batchReversed:           "BatchReversed",
+	batchErrorSpreads:       "BatchErrorSpreads",
 }
 
 func (f fault) String() string { return faultNames[f] }
@@ -143,7 +150,33 @@ func newFaultyStore(f fault) *faultyStore {
 var (
 	_ ports.Store    = (*faultyStore)(nil)
 	_ ports.Repeater = (*faultyStore)(nil)
+	_ ports.Batcher  = (*faultyStore)(nil)
 )
+
+// EvaluateBatch decides the requests one after another, the obvious way,
+// but for the batch faults.
+func (s *faultyStore) EvaluateBatch(ctx context.Context, now time.Time, reqs [][]domain.Limit) ([]domain.Result, []error) {
+	switch s.fault {
+	case batchReversed:
+		res, errs := make([]domain.Result, len(reqs)), make([]error, len(reqs))
+		if len(reqs) > ports.MaxBatch {
+			return ports.EvaluateEach(ctx, s, now, reqs)
+		}
+		for i := len(reqs) - 1; i >= 0; i-- {
+			res[i], errs[i] = s.Evaluate(ctx, now, reqs[i])
+		}
+		return res, errs
+	case batchErrorSpreads:
+		res, errs := ports.EvaluateEach(ctx, s, now, reqs)
+		for i := 1; i < len(errs); i++ {
+			if errs[i-1] != nil {
+				res[i], errs[i] = domain.Result{}, errs[i-1]
+			}
+		}
+		return res, errs
+	}
+	return ports.EvaluateEach(ctx, s, now, reqs)
+}
 
 // EvaluateRepeated decides the n requests one after another, the obvious
 // way; with repeatedOverAdmits the first refused one is committed anyway.
@@ -584,6 +617,8 @@ func TestSuiteFailsFaultyStores(t *testing.T) {
 		repeatedOverAdmits:      {"RepeatedRequestsAnswerAsSequentialOnes"},
 		recordsPerWindow:        {"SharedLogRecordsEachRequestOnce", "SharedLogKeepsUnitsForTheLongestPeriod", "SharedLogResetForgetsEveryWindow", sharedLogDifferentialName},
 		trimsByShortest:         {"SharedLogKeepsUnitsForTheLongestPeriod", sharedLogDifferentialName},
+		batchReversed:           {batchDifferentialName},
+		batchErrorSpreads:       {batchDifferentialName},
 	}
 	for f := noFault + 1; int(f) < len(faultNames); f++ {
 		t.Run(f.String(), func(t *testing.T) {

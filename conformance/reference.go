@@ -55,7 +55,13 @@ var (
 	_ ports.Store    = (*referenceStore)(nil)
 	_ ports.Repeater = (*referenceStore)(nil)
 	_ ports.Reserver = (*referenceStore)(nil)
+	_ ports.Batcher  = (*referenceStore)(nil)
 )
+
+// EvaluateBatch implements ports.Batcher: one Evaluate after another.
+func (s *referenceStore) EvaluateBatch(ctx context.Context, now time.Time, reqs [][]domain.Limit) ([]domain.Result, []error) {
+	return ports.EvaluateEach(ctx, s, now, reqs)
+}
 
 // Evaluate implements ports.Store.
 func (s *referenceStore) Evaluate(ctx context.Context, now time.Time, limits []domain.Limit) (domain.Result, error) {

@@ -6,6 +6,7 @@ package ports
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"time"
 
@@ -144,6 +145,27 @@ type Partitioned interface {
 
 // MaxRepeat bounds the n of one EvaluateRepeated call.
 const MaxRepeat = 1 << 16
+
+// Batcher is an optional capability of a Store, found by type assertion:
+// it decides independent requests in one call (docs/adr/018), as a
+// Redis store decides the requests that reach a node together in one
+// script call.
+type Batcher interface {
+	// EvaluateBatch decides reqs (at most MaxBatch), each carrying its own
+	// limits, at now, in order, exactly as len(reqs) sequential Evaluate
+	// calls at now would: each all or nothing on its own limits, each
+	// seeing what the ones before it consumed. It returns one Result and
+	// one error per request. A request's own fault (limits that do not
+	// validate, a key holding a value the store cannot read) is its error
+	// alone, and the others are decided as if it were absent; a failure
+	// of the call (Close, a deadline, an outage) is the error of every
+	// request it reached. More than MaxBatch requests is a
+	// *domain.LimitError for each, and nothing is decided.
+	EvaluateBatch(ctx context.Context, now time.Time, reqs [][]domain.Limit) ([]domain.Result, []error)
+}
+
+// MaxBatch bounds the requests of one EvaluateBatch call.
+const MaxBatch = 1024
 
 // Clock tells time. Production uses SystemClock; tests use
 // ports/fakeclock, which moves only when told to.
@@ -334,3 +356,20 @@ func (s systemTicker) C() <-chan time.Time { return s.t.C }
 func (s systemTicker) Stop()               { s.t.Stop() }
 
 var _ Clock = SystemClock{}
+
+// EvaluateEach implements EvaluateBatch with sequential Evaluate calls on
+// s: for a store whose Evaluate is already in process, where a batch has
+// no call to save.
+func EvaluateEach(ctx context.Context, s Store, now time.Time, reqs [][]domain.Limit) ([]domain.Result, []error) {
+	res, errs := make([]domain.Result, len(reqs)), make([]error, len(reqs))
+	if len(reqs) > MaxBatch {
+		for i := range errs {
+			errs[i] = &domain.LimitError{Index: -1, Field: "batch", Reason: fmt.Sprintf("at most %d requests, got %d", MaxBatch, len(reqs))}
+		}
+		return res, errs
+	}
+	for i, limits := range reqs {
+		res[i], errs[i] = s.Evaluate(ctx, now, limits)
+	}
+	return res, errs
+}

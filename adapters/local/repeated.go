@@ -9,7 +9,17 @@ import (
 	"github.com/sluicehq/sluice/ports"
 )
 
-var _ ports.Repeater = (*Store)(nil)
+var (
+	_ ports.Repeater = (*Store)(nil)
+	_ ports.Batcher  = (*Store)(nil)
+)
+
+// EvaluateBatch decides reqs at now in order, each as its own Evaluate
+// would; see ports.Batcher. In process a batch saves no round trip: it is
+// one Evaluate after another.
+func (s *Store) EvaluateBatch(ctx context.Context, now time.Time, reqs [][]domain.Limit) ([]domain.Result, []error) {
+	return ports.EvaluateEach(ctx, s, now, reqs)
+}
 
 // EvaluateRepeated decides n identical requests at now, in order, exactly
 // as n sequential Evaluate calls at now would (see ports.Repeater), in one

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/ports"
 )
 
 // Batches (docs/adr/018-batches.md). A request whose batcher has no call
@@ -211,4 +212,84 @@ func (s *Store) runBatch(batch []*waiter) {
 		}
 		w.done <- struct{}{}
 	}
+}
+
+// EvaluateBatch decides reqs at now in order, each as its own Evaluate
+// would; see ports.Batcher. The requests of one node (of one slot, on a
+// cluster) go in calls of lua.BatchV5 of at most Config.MaxBatch each;
+// those of different slots go side by side. A request that does not
+// validate, or whose keys span two slots on a cluster, gets its error
+// and is not sent.
+func (s *Store) EvaluateBatch(ctx context.Context, now time.Time, reqs [][]domain.Limit) ([]domain.Result, []error) {
+	res, errs := make([]domain.Result, len(reqs)), make([]error, len(reqs))
+	if len(reqs) > ports.MaxBatch {
+		for i := range errs {
+			errs[i] = &domain.LimitError{Index: -1, Field: "batch", Reason: fmt.Sprintf("at most %d requests, got %d", ports.MaxBatch, len(reqs))}
+		}
+		return res, errs
+	}
+	cctx, cancel, whose := s.deadline(ctx)
+	defer cancel()
+	ws := make([]*waiter, len(reqs))
+	bufs := make([]*callBuf, len(reqs))
+	groups := map[*batcher][]*waiter{}
+	var order []*batcher
+	for i, limits := range reqs {
+		if errs[i] = s.admit(ctx, limits, domain.ValidateLimits); errs[i] != nil {
+			continue
+		}
+		bufs[i] = s.bufs.Get().(*callBuf)
+		req := request{n: 1, consume: true}
+		args := s.pack(bufs[i], now, limits, &req)
+		ws[i] = &waiter{ctx: cctx, keys: bufs[i].keys, args: args, done: make(chan struct{}, 1)}
+		b := s.batcherFor(bufs[i].keys[0])
+		if groups[b] == nil {
+			order = append(order, b)
+		}
+		groups[b] = append(groups[b], ws[i])
+	}
+	var wg sync.WaitGroup
+	for _, b := range order {
+		wg.Go(func() {
+			g := groups[b]
+			for len(g) > 0 {
+				k := min(len(g), max(s.maxBatch, 1))
+				s.runBatch(g[:k])
+				g = g[k:]
+			}
+		})
+	}
+	wg.Wait()
+	for i, w := range ws {
+		if w == nil {
+			continue
+		}
+		resp := w.resp
+		select {
+		case <-w.done:
+			if w.alone {
+				resp = s.exec(cctx, w.keys, w.args)
+			} else {
+				resp = s.classify(cctx, w.keys, resp)
+			}
+		default:
+			// Left out of its batch: its deadline passed before it went.
+			resp = rueidis.NewErrorResult(cctx.Err())
+		}
+		if resp.NonRedisError() == nil {
+			defer s.bufs.Put(bufs[i])
+		}
+		reply, err := s.reply(ctx, cctx, whose, reqs[i], "", resp)
+		if err == nil {
+			var rep domain.Repeated
+			if err = decode(reply, reqs[i], 1, true, &rep); err == nil {
+				res[i] = rep.Refused
+				if rep.Admitted == 1 {
+					res[i] = rep.Last
+				}
+			}
+		}
+		errs[i] = err
+	}
+	return res, errs
 }

@@ -134,6 +134,7 @@ var (
 	_ ports.Repeater    = (*Store)(nil)
 	_ ports.Reserver    = (*Store)(nil)
 	_ ports.Partitioned = (*Store)(nil)
+	_ ports.Batcher     = (*Store)(nil)
 )
 
 // callBuf holds the KEYS and ARGV of one call, reused across calls so that
@@ -399,8 +400,14 @@ func (s *Store) call(ctx context.Context, now time.Time, limits []domain.Limit, 
 		// Redis answered: rueidis is done with the arguments.
 		defer s.bufs.Put(buf)
 	}
+	return s.reply(ctx, cctx, whose, limits, req.leaseKey, resp)
+}
+
+// reply turns what came back for one request into the script's reply
+// array; the script's own errors become the store's (see Store).
+func (s *Store) reply(ctx, cctx context.Context, whose string, limits []domain.Limit, leaseKey string, resp rueidis.RedisResult) ([]rueidis.RedisMessage, error) {
 	if err := resp.Error(); err != nil {
-		if verr := valueError(err, limits, req.leaseKey); verr != nil {
+		if verr := valueError(err, limits, leaseKey); verr != nil {
 			return nil, verr
 		}
 		return nil, s.mapErr(ctx, cctx, err, whose)
