@@ -54,9 +54,10 @@ func BenchmarkBatchRedisTime(b *testing.B) {
 			return ls
 		}},
 	}
+	srv := redistest.NewServer(b)
 	for _, sh := range shapes {
 		b.Run(sh.name, func(b *testing.B) {
-			srv := redistest.NewServer(b)
+			do(b, srv.Addr(), "FLUSHALL")
 			cfg := redis.Config{Addrs: []string{srv.Addr()}, Timeout: 5 * time.Second}
 			batched := newStore(b, cfg)
 			cfg.MaxBatch = 1
