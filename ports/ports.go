@@ -357,14 +357,23 @@ func (s systemTicker) Stop()               { s.t.Stop() }
 
 var _ Clock = SystemClock{}
 
+// CheckBatch returns the *domain.LimitError of a batch of n requests
+// when n exceeds MaxBatch, else nil.
+func CheckBatch(n int) error {
+	if n > MaxBatch {
+		return &domain.LimitError{Index: -1, Field: "batch", Reason: fmt.Sprintf("at most %d requests, got %d", MaxBatch, n)}
+	}
+	return nil
+}
+
 // EvaluateEach implements EvaluateBatch with sequential Evaluate calls on
 // s: for a store whose Evaluate is already in process, where a batch has
 // no call to save.
 func EvaluateEach(ctx context.Context, s Store, now time.Time, reqs [][]domain.Limit) ([]domain.Result, []error) {
 	res, errs := make([]domain.Result, len(reqs)), make([]error, len(reqs))
-	if len(reqs) > MaxBatch {
+	if err := CheckBatch(len(reqs)); err != nil {
 		for i := range errs {
-			errs[i] = &domain.LimitError{Index: -1, Field: "batch", Reason: fmt.Sprintf("at most %d requests, got %d", MaxBatch, len(reqs))}
+			errs[i] = err
 		}
 		return res, errs
 	}

@@ -222,9 +222,9 @@ func (s *Store) runBatch(batch []*waiter) {
 // and is not sent.
 func (s *Store) EvaluateBatch(ctx context.Context, now time.Time, reqs [][]domain.Limit) ([]domain.Result, []error) {
 	res, errs := make([]domain.Result, len(reqs)), make([]error, len(reqs))
-	if len(reqs) > ports.MaxBatch {
+	if err := ports.CheckBatch(len(reqs)); err != nil {
 		for i := range errs {
-			errs[i] = &domain.LimitError{Index: -1, Field: "batch", Reason: fmt.Sprintf("at most %d requests, got %d", ports.MaxBatch, len(reqs))}
+			errs[i] = err
 		}
 		return res, errs
 	}
