@@ -50,4 +50,4 @@ var batchTail string
 var BatchV5 = "local function decide(KEYS, ARGV)\n" + RateLimitV5 + "\nend\n" + batchTail
 
 // BatchV5SHA1 is the SHA1 of BatchV5. A test checks it against the text.
-const BatchV5SHA1 = "2f409195644902996c8a14ad92ad4792d4dbfcfc"
+const BatchV5SHA1 = "993a4dea1250482a8bead0f9f5243e5c54d3df8e"
