@@ -34,4 +34,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "0cb64a57f5c51ba99ef6e6f734de8dc010c26179"
+const RateLimitV5SHA1 = "bbf4f7dd78362bc23019d4e34f5095c4326f9c23"

@@ -310,10 +310,11 @@ end
 -- st[j-3] to st[j]), the ones its window needs: 1 for a log the first
 -- unit inside the window (a compact log's index, a ZSET's lower bound),
 -- for a GCRA window the start (max(TAT, now), converted), 2 the units
--- inside the window (a concurrency window's slots held), 3 the newest
--- unit (or false), 4 a GCRA window's emission interval. Its key's index
--- and algorithm stay in arg[j-3] (algorithm + 4 × index): g = x % 4 and
--- the key's slots of ks below end at 3(x - g) = 12k.
+-- inside the window (a concurrency window's slots held), 3 none (the
+-- newest unit is its key's, slot 4 of ks), 4 a GCRA window's emission
+-- interval. Its key's index and algorithm stay in arg[j-3] (algorithm +
+-- 4 × index): g = x % 4, and the key's slots of ks below end at 3(x - g)
+-- = 12k.
 -- Per key, 12 slots of ks from 12(k-1): 1 kind, 2 value (a compact
 -- string, or a GCRA state's TAT), 3 a GCRA state's interval, 4 the
 -- newest unit (a concurrency key's latest expiry; now for a GCRA state
@@ -324,7 +325,8 @@ end
 -- longest period, 10 the largest limit, 11 the algorithm it is written
 -- in (3: not written) and 12 the cost. An item's slots are reached
 -- from its last (kb = 12k: slot s at kb - 12 + s), a product with no
--- sum.
+-- sum. A slot is written by a statement of its own: a multiple
+-- assignment copies each value once more.
 -- Every slot of both exists from the start, so that each table is an
 -- array: slots written sparsely land in its hash part, and its rehashes
 -- cost more than the rest of a key's reading. A constructor sizes it at
@@ -623,9 +625,10 @@ for i = 1, n do
   -- forget bound (S5, with its own p), low the first of them (a compact
   -- log's index or a ZSET's lower bound); a GCRA state's, the slots a
   -- concurrency key holds (decoded once).
-  local kind, newest = ks[kb - 11], ks[kb - 8]
+  local kind = ks[kb - 11]
   local count, low = 0, 0
   if kind == COMPACT or kind == ZSET then
+    local newest = ks[kb - 8]
     if newest then
       local latest, gr = now, grace
       if newest > now then
@@ -661,7 +664,6 @@ for i = 1, n do
   if g == 0 then
     st[j - 3] = low
     st[j - 2] = count
-    st[j - 1] = newest
   elseif g == 1 then
     -- The emission interval, truncated, at least a microsecond.
     local t = (p - p % l) / l
@@ -697,7 +699,6 @@ for i = 1, n do
       return redis.error_reply('ERR sluice rate_limit_v5: a concurrency window is held by a reservation (op 1), not consumed by Evaluate')
     end
     st[j - 2] = count
-    st[j - 1] = newest
   end
   if room < per * A then
     A = room > 0 and (room - room % per) / per or 0
@@ -721,7 +722,7 @@ if op == 2 then
     local kind, key, d = ks[kb - 11], KEYS[k], X - c
     ks[kb - 1] = 3
     if g == 2 then
-      if st[j - 1] then
+      if ks[kb - 8] then
         members('ZREM', key, false, false, 1, c)
         redis.call('ZREMRANGEBYSCORE', key, '-inf', now - grace)
       end
@@ -837,14 +838,14 @@ end
 for i = 1, op ~= 2 and n or 0 do
   local j = 4 * i
   local x, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
-  local g, count, newest = x % 4, st[j - 2], st[j - 1]
+  local g, count = x % 4, st[j - 2]
   local used = U * c
   local remaining, retry, reset = 0, 0, 0
   if g == 0 then
     local total = count + used
     remaining = l - total
     if total > 0 then
-      local top = newest or now
+      local top = ks[3 * x - 8] or now -- its key's newest unit (kb = 3x)
       if used > 0 and top < now then
         top = now
       end
@@ -882,7 +883,7 @@ for i = 1, op ~= 2 and n or 0 do
   elseif U > 0 then
     -- A concurrency window of an admitted Reserve: its slots and the
     -- lease's, held until the latest expiry.
-    local exp = now + X
+    local exp, newest = now + X, ks[3 * (x - 2) - 8]
     if not newest or newest < exp then
       newest = exp
     end
@@ -892,7 +893,7 @@ for i = 1, op ~= 2 and n or 0 do
     -- latest expiry; a refusal waits for the earliest.
     remaining = l - count
     if count > 0 then
-      reset = newest - now
+      reset = ks[3 * (x - 2) - 8] - now
     end
     if count + c > l then
       local z = redis.call('ZRANGEBYSCORE', KEYS[(x - 2) / 4], '(' .. format('%.0f', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -919,12 +920,12 @@ end
 local rec, nows, one
 for k = 1, U > 0 and u or 0 do
   local kb = 12 * k
-  local g, j = ks[kb - 1], 4 * ks[kb - 4]
+  local g = ks[kb - 1]
   local key, used = KEYS[k], U * ks[kb]
   if g == 0 then
     -- A log, kept for its longest window (P, slot 9) and stored as its
     -- largest limit (slot 10) says.
-    local kind, v, lo, newest = ks[kb - 11], ks[kb - 10], ks[kb - 7], st[j - 1]
+    local kind, v, lo, newest = ks[kb - 11], ks[kb - 10], ks[kb - 7], ks[kb - 8]
     local l, p = ks[kb - 2], ks[kb - 3]
     local top = now
     if newest and newest > now then
@@ -958,20 +959,16 @@ for k = 1, U > 0 and u or 0 do
     -- trimmed a few times a period rather than once a call; a log of
     -- another kind becomes one here, its kept units named nonce:k1 on, the
     -- new ones nonce:1 on. A call writes with one nonce.
-    local done = false
+    local w
     if small then
       if not rec then
         rec = pack('>I7', now)
       end
-      local x, w = rec
+      local x = rec
       if used > 1 then
         x = rep(rec, used)
       end
-      if kind == NONE then
-        w = '\1' .. x
-      elseif kind == GCRA then
-        w = '\1' .. rep(rec, m + used)
-      elseif kind == COMPACT then
+      if kind == COMPACT then
         if top == now then
           if lo == 0 then
             w = v .. x
@@ -982,6 +979,10 @@ for k = 1, U > 0 and u or 0 do
           local y = above(v, lo, m, now)
           w = '\1' .. sub(v, 2 + 7 * lo, 1 + 7 * y) .. x .. sub(v, 2 + 7 * y)
         end
+      elseif kind == NONE then
+        w = '\1' .. x
+      elseif kind == GCRA then
+        w = '\1' .. rep(rec, m + used)
       else
         local parts, placed = {'\1'}, false
         local z = redis.call('ZRANGEBYSCORE', key, '(' .. format('%.0f', ks[kb - 6]), '+inf', 'WITHSCORES')
@@ -1004,12 +1005,10 @@ for k = 1, U > 0 and u or 0 do
           w = table.concat(parts)
         end
       end
-      if w then
-        redis.call('SET', key, w, 'PX', px)
-        done = true
-      end
     end
-    if not done then
+    if w then
+      redis.call('SET', key, w, 'PX', px)
+    else
       if kind == ZSET then
         local q = (p - p % 8) / 8
         if q < 1 then
@@ -1052,13 +1051,14 @@ for k = 1, U > 0 and u or 0 do
       redis.call('PEXPIRE', key, px)
     end
   elseif g == 1 then
+    local j = 4 * ks[kb - 4]
     local t = st[j]
     settat(key, st[j - 3] + used * t, t)
   elseif g == 2 then
     -- A concurrency window (Reserve): cost slots under the lease until
     -- its expiry, the expired members trimmed, the key kept until its
     -- latest expiry.
-    local exp, top = now + X, st[j - 1]
+    local exp, top = now + X, ks[kb - 8]
     if top then
       redis.call('ZREMRANGEBYSCORE', key, '-inf', now - grace)
     end
