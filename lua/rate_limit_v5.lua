@@ -306,15 +306,13 @@ if leased then
   end
 end
 
--- Per limit, 4 slots of st from 4(i-1), beside its 4 of arg (j = 4i:
--- st[j-3] to st[j]), the ones its window needs: 1 for a log the first
--- unit inside the window (a compact log's index, a ZSET's lower bound),
--- for a GCRA window the start (max(TAT, now), converted), 2 the units
--- inside the window (a concurrency window's slots held), 3 none (the
--- newest unit is its key's, slot 4 of ks), 4 a GCRA window's emission
--- interval. Its key's index and algorithm stay in arg[j-3] (algorithm +
--- 4 × index): g = x % 4, and the key's slots of ks below end at 3(x - g)
--- = 12k.
+-- Per limit i, in lw[i] for a log's window the first unit inside it (a
+-- compact log's index, a ZSET's lower bound), for a GCRA window its
+-- start (max(TAT, now), converted); in cnt[i] the units inside the
+-- window (a concurrency window's slots held), for a GCRA window its
+-- emission interval. Its key's index and algorithm stay in arg[4i-3]
+-- (algorithm + 4 × index): g = x % 4, and the key's slots of ks below
+-- end at 3(x - g) = 12k. The newest unit is its key's (slot 4 of ks).
 -- Per key, 12 slots of ks from 12(k-1): 1 kind, 2 value (a compact
 -- string, or a GCRA state's TAT), 3 a GCRA state's interval, 4 the
 -- newest unit (a concurrency key's latest expiry; now for a GCRA state
@@ -327,24 +325,22 @@ end
 -- from its last (kb = 12k: slot s at kb - 12 + s), a product with no
 -- sum. A slot is written by a statement of its own: a multiple
 -- assignment copies each value once more.
--- Every slot of both exists from the start, so that each table is an
--- array: slots written sparsely land in its hash part, and its rehashes
--- cost more than the rest of a key's reading. A constructor sizes it at
--- once for the common requests (the dual layer's 2 windows, the nine
--- windows on 5 or 9 keys), cheaper than filling it slot by slot.
-local st, ks
+-- Every slot exists from the start, so that each table is an array:
+-- slots written sparsely land in its hash part, and its rehashes cost
+-- more than the rest of a key's reading. A constructor sizes it at once
+-- for the common requests (the dual layer's 2 windows, the nine windows
+-- on 5 or 9 keys), cheaper than filling it slot by slot.
+local lw, cnt, ks
 if n <= 2 then
-  st = {false, false, false, false, false, false, false, false}
+  lw, cnt = {false, false}, {false, false}
 elseif n <= 9 then
-  st = {
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-  }
+  lw = {false, false, false, false, false, false, false, false, false}
+  cnt = {false, false, false, false, false, false, false, false, false}
 else
-  st = {}
-  for x = 1, 4 * n do
-    st[x] = false
+  lw, cnt = {}, {}
+  for i = 1, n do
+    lw[i] = false
+    cnt[i] = false
   end
 end
 if u <= 2 then
@@ -496,13 +492,15 @@ end
 -- admits: the least of what each alone fits. A key's value is validated
 -- and decoded once, at the first limit naming it (keys are named in
 -- order), whatever the windows that read it: one pass over the limits.
-local A = reps
+-- A key is named first when its slots lie past the last key decoded.
+local A, last = reps, 0
 for i = 1, n do
   local j = 4 * i
   local x, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
   local g = x % 4
   local kb = 3 * (x - g)
-  if ks[kb - 4] == i then
+  if kb > last then
+    last = kb
     local k = kb / 12
     local kind, v = ks[kb - 11], got[k]
     -- A key the windows say is a ZSET (ZSET or CONC, the kinds from 3
@@ -630,16 +628,18 @@ for i = 1, n do
   if kind == COMPACT or kind == ZSET then
     local newest = ks[kb - 8]
     if newest then
-      local latest, gr = now, grace
+      -- lower = max(latest - p - min(grace, p), now - p): now - p unless
+      -- the newest unit lies ahead of now.
+      local lower = now - p
       if newest > now then
-        latest = newest
-      end
-      if gr > p then
-        gr = p
-      end
-      local lower = latest - p - gr
-      if lower < now - p then
-        lower = now - p
+        local gr = grace
+        if gr > p then
+          gr = p
+        end
+        gr = newest - p - gr
+        if gr > lower then
+          lower = gr
+        end
       end
       if kind == COMPACT then
         -- The key's own forget bound (one window, no grace): found once.
@@ -658,12 +658,12 @@ for i = 1, n do
   elseif kind ~= NONE then
     count = ks[kb - 5]
   end
-  -- What fits: room, in units of per (a request's cost, or its cost in
-  -- intervals for GCRA).
-  local room, per = l - count, c
+  -- What fits: room, in units of c (a request's cost, or for GCRA its
+  -- cost in intervals).
+  local room = l - count
   if g == 0 then
-    st[j - 3] = low
-    st[j - 2] = count
+    lw[i] = low
+    cnt[i] = count
   elseif g == 1 then
     -- The emission interval, truncated, at least a microsecond.
     local t = (p - p % l) / l
@@ -686,9 +686,9 @@ for i = 1, n do
       end
       start = now + x
     end
-    room, per = t * l - (start - now), c * t
-    st[j - 3] = start
-    st[j] = t
+    room, c = t * l - (start - now), c * t
+    lw[i] = start
+    cnt[i] = t
   else
     -- A string there is not a concurrency key; only a reservation takes
     -- a slot.
@@ -698,10 +698,10 @@ for i = 1, n do
     if consume and op ~= 1 then
       return redis.error_reply('ERR sluice rate_limit_v5: a concurrency window is held by a reservation (op 1), not consumed by Evaluate')
     end
-    st[j - 2] = count
+    cnt[i] = count
   end
-  if room < per * A then
-    A = room > 0 and (room - room % per) / per or 0
+  if room < c * A then
+    A = room > 0 and (room - room % c) / c or 0
   end
 end
 
@@ -717,7 +717,7 @@ if op == 2 then
   nonce = nonce .. '+'
   for k = 1, u do
     local kb = 12 * k
-    local j = 4 * ks[kb - 4]
+    local i = ks[kb - 4]
     local g, c = ks[kb - 1], ks[kb]
     local kind, key, d = ks[kb - 11], KEYS[k], X - c
     ks[kb - 1] = 3
@@ -730,8 +730,8 @@ if op == 2 then
       -- GCRA: the TAT moves on d intervals from max(TAT, now), converted
       -- (S1, S2), at most MaxPeriod ahead of now, in the window's
       -- encoding (S6).
-      local t = st[j]
-      local new = st[j - 3] + d * t
+      local t = cnt[i]
+      local new = lw[i] + d * t
       if new > now + MAXP then
         new = now + MAXP
       end
@@ -818,13 +818,12 @@ local unit
 if refused then
   -- The x-th oldest unit inside limit i's window (1 <= x <= count).
   unit = function(i, x)
-    local j = 4 * i
-    local k = arg[j - 3] / 4 -- a log's window: algorithm 0
+    local k = arg[4 * i - 3] / 4 -- a log's window: algorithm 0
     local kind = ks[12 * k - 11]
     if kind == COMPACT then
-      return sunpack('>I7', ks[12 * k - 10], 2 + 7 * (st[j - 3] + x - 1))
+      return sunpack('>I7', ks[12 * k - 10], 2 + 7 * (lw[i] + x - 1))
     elseif kind == ZSET then
-      local z = redis.call('ZRANGEBYSCORE', KEYS[k], '(' .. format('%.0f', st[j - 3]), '+inf', 'WITHSCORES', 'LIMIT', x - 1, 1)
+      local z = redis.call('ZRANGEBYSCORE', KEYS[k], '(' .. format('%.0f', lw[i]), '+inf', 'WITHSCORES', 'LIMIT', x - 1, 1)
       local y = tonumber(z[2])
       return y - y % 1 -- validated integral up to the newest
     end
@@ -838,9 +837,11 @@ end
 for i = 1, op ~= 2 and n or 0 do
   local j = 4 * i
   local x, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
-  local g, count = x % 4, st[j - 2]
+  local g, count = x % 4, cnt[i]
   local used = U * c
-  local remaining, retry, reset = 0, 0, 0
+  -- Each branch sets remaining and reset; retry stays nil (0 in the
+  -- reply) unless the window alone would refuse.
+  local remaining, retry, reset
   if g == 0 then
     local total = count + used
     remaining = l - total
@@ -850,6 +851,8 @@ for i = 1, op ~= 2 and n or 0 do
         top = now
       end
       reset = top + p - now
+    else
+      reset = 0
     end
     if refused and total + c > l then
       -- The need-th oldest unit of the window's units and the used ones
@@ -872,8 +875,8 @@ for i = 1, op ~= 2 and n or 0 do
       retry = first + p - now
     end
   elseif g == 1 then
-    local t = st[j]
-    local start, capacity = st[j - 3] + used * t, t * l
+    local t = cnt[i]
+    local start, capacity = lw[i] + used * t, t * l
     remaining = capacity - (start - now)
     remaining = remaining > 0 and (remaining - remaining % t) / t or 0
     reset = start - now
@@ -891,7 +894,7 @@ for i = 1, op ~= 2 and n or 0 do
   else
     -- A concurrency window (Peek, or a refused Reserve): newest is the
     -- latest expiry; a refusal waits for the earliest.
-    remaining = l - count
+    remaining, reset = l - count, 0
     if count > 0 then
       reset = ks[3 * (x - 2) - 8] - now
     end
@@ -911,7 +914,7 @@ for i = 1, op ~= 2 and n or 0 do
   end
   if refused then
     reply[o2 + 1] = remaining
-    reply[o2 + 2] = retry
+    reply[o2 + 2] = retry or 0
     reply[o2 + 3] = reset
     o2 = o2 + 3
   end
@@ -938,16 +941,20 @@ for k = 1, U > 0 and u or 0 do
     local px = ttl(top + p - now + gr)
     -- Compact while the log, after this write, holds at most the
     -- compact bound of units, or its largest limit is at or below it; a
-    -- ZSET stays a ZSET.
-    -- The units it keeps: a compact log's up to slot 7, a GCRA state's
-    -- count (S3); a ZSET's after its forget bound (slot 6).
-    local m, kept = ks[kb - 5], 0
-    if kind == COMPACT then
-      kept = m - lo
-    elseif kind == GCRA then
-      kept = m
+    -- ZSET stays a ZSET. The units it keeps: a compact log's up to slot
+    -- 7, a GCRA state's count (S3); a ZSET's after its forget bound (slot
+    -- 6).
+    local m = ks[kb - 5]
+    local small = now >= 0 and l <= compact
+    if not small and now >= 0 and kind ~= ZSET then
+      local kept = 0
+      if kind == COMPACT then
+        kept = m - lo
+      elseif kind == GCRA then
+        kept = m
+      end
+      small = kept + used <= compact
     end
-    local small = now >= 0 and (l <= compact or (kind ~= ZSET and kept + used <= compact))
     -- Then the write (S5, S6): the used units at now after the units it
     -- keeps (a compact log's from lo to m - 1; m units at now for a GCRA
     -- state, S3; a ZSET's after its forget bound). When small, a compact
@@ -1051,9 +1058,9 @@ for k = 1, U > 0 and u or 0 do
       redis.call('PEXPIRE', key, px)
     end
   elseif g == 1 then
-    local j = 4 * ks[kb - 4]
-    local t = st[j]
-    settat(key, st[j - 3] + used * t, t)
+    local i = ks[kb - 4]
+    local t = cnt[i]
+    settat(key, lw[i] + used * t, t)
   elseif g == 2 then
     -- A concurrency window (Reserve): cost slots under the lease until
     -- its expiry, the expired members trimmed, the key kept until its
