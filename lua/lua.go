@@ -34,4 +34,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "5f08fb10bf334d20ced2ac2c41a2cbf1e55376db"
+const RateLimitV5SHA1 = "70dfa9c3e30fb4aedd4559e683a1a3e19aefd76d"

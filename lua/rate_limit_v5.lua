@@ -839,40 +839,21 @@ for i = 1, op ~= 2 and n or 0 do
   local x, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
   local g, count = x % 4, cnt[i]
   local used = U * c
+  local total = count + used
   -- Each branch sets remaining and reset; retry stays nil (0 in the
   -- reply) unless the window alone would refuse.
   local remaining, retry, reset
   if g == 0 then
-    local total = count + used
+    -- reset: p after its key's newest unit (kb = 3x), or after now when
+    -- units are used now and none is ahead of now; 0 for no unit.
+    local top = ks[3 * x - 8]
     remaining = l - total
-    if total > 0 then
-      local top = ks[3 * x - 8] or now -- its key's newest unit (kb = 3x)
-      if used > 0 and top < now then
-        top = now
-      end
+    if total == 0 then
+      reset = 0
+    elseif top and (top > now or used == 0) then
       reset = top + p - now
     else
-      reset = 0
-    end
-    if refused and total + c > l then
-      -- The need-th oldest unit of the window's units and the used ones
-      -- at now, which sort after every unit up to now.
-      local need = total + c - l
-      local first
-      if need <= count then
-        first = unit(i, need)
-      end
-      if used > 0 and not (first and first <= now) then
-        local y = need - used
-        first = now
-        if y >= 1 then
-          local x = unit(i, y)
-          if x > now then
-            first = x
-          end
-        end
-      end
-      retry = first + p - now
+      reset = p
     end
   elseif g == 1 then
     local t = cnt[i]
@@ -890,7 +871,7 @@ for i = 1, op ~= 2 and n or 0 do
     if not newest or newest < exp then
       newest = exp
     end
-    remaining, reset = l - count - used, newest - now
+    remaining, reset = l - total, newest - now
   else
     -- A concurrency window (Peek, or a refused Reserve): newest is the
     -- latest expiry; a refusal waits for the earliest.
@@ -913,6 +894,27 @@ for i = 1, op ~= 2 and n or 0 do
     o1 = o1 + 2
   end
   if refused then
+    -- A log's retry: the units are read only for a refusal.
+    if g == 0 and total + c > l then
+      -- The need-th oldest unit of the window's units and the used ones
+      -- at now, which sort after every unit up to now.
+      local need = total + c - l
+      local first
+      if need <= count then
+        first = unit(i, need)
+      end
+      if used > 0 and not (first and first <= now) then
+        local y = need - used
+        first = now
+        if y >= 1 then
+          local x = unit(i, y)
+          if x > now then
+            first = x
+          end
+        end
+      end
+      retry = first + p - now
+    end
     reply[o2 + 1] = remaining
     reply[o2 + 2] = retry or 0
     reply[o2 + 3] = reset
@@ -941,20 +943,8 @@ for k = 1, U > 0 and u or 0 do
     local px = ttl(top + p - now + gr)
     -- Compact while the log, after this write, holds at most the
     -- compact bound of units, or its largest limit is at or below it; a
-    -- ZSET stays a ZSET. The units it keeps: a compact log's up to slot
-    -- 7, a GCRA state's count (S3); a ZSET's after its forget bound (slot
-    -- 6).
-    local m = ks[kb - 5]
-    local small = now >= 0 and l <= compact
-    if not small and now >= 0 and kind ~= ZSET then
-      local kept = 0
-      if kind == COMPACT then
-        kept = m - lo
-      elseif kind == GCRA then
-        kept = m
-      end
-      small = kept + used <= compact
-    end
+    -- ZSET stays a ZSET. The units it keeps: a compact log's from lo to m
+    -- - 1, a GCRA state's count m (S3).
     -- Then the write (S5, S6): the used units at now after the units it
     -- keeps (a compact log's from lo to m - 1; m units at now for a GCRA
     -- state, S3; a ZSET's after its forget bound). When small, a compact
@@ -966,8 +956,10 @@ for k = 1, U > 0 and u or 0 do
     -- trimmed a few times a period rather than once a call; a log of
     -- another kind becomes one here, its kept units named nonce:k1 on, the
     -- new ones nonce:1 on. A call writes with one nonce.
+    local m = ks[kb - 5]
     local w
-    if small then
+    if now >= 0 and (l <= compact or kind ~= ZSET
+        and (kind == COMPACT and m - lo or kind == GCRA and m or 0) + used <= compact) then
       if not rec then
         rec = pack('>I7', now)
       end
