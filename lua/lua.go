@@ -34,4 +34,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "12033ffa0bd4dbf5a9009afd041c3d4f27246780"
+const RateLimitV5SHA1 = "b8731b5d6b8d2c882116b3e92ac20d6abbb652bc"

@@ -447,7 +447,7 @@ else
     end
   end
 end
-local probe
+local probe, m = false, 0
 for k = 1, u do
   local kb = 12 * k
   local v = got[k]
@@ -461,23 +461,19 @@ for k = 1, u do
     end
   elseif ks[kb - 11] then
     kind = CONC
-  elseif ks[kb - 1] == 0 and ks[kb - 2] > compact then
+  elseif ks[kb - 2] > compact and ks[kb - 1] == 0 then
     kind = ZSET
   else
     kind = NONE
     probe = probe or {}
-    probe[#probe + 1] = k
+    m = m + 1
+    probe[m] = KEYS[k]
   end
   ks[kb - 11] = kind
 end
-if probe then
-  local ss = {}
-  for j = 1, #probe do
-    ss[j] = KEYS[probe[j]]
-  end
-  if redis.call('EXISTS', unpack(ss)) > 0 then
-    for j = 1, #probe do
-      local k = probe[j]
+if probe and redis.call('EXISTS', unpack(probe)) > 0 then
+  for k = 1, u do
+    if ks[12 * k - 11] == NONE then
       local ty = redis.call('TYPE', KEYS[k])['ok']
       if ty == 'zset' then
         ks[12 * k - 11] = ZSET
