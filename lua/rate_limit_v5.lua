@@ -498,13 +498,13 @@ for i = 1, n do
   if kb > last then
     last = kb
     local k = kb / 12
-    local kind, v = ks[kb - 11], got[k]
+    local kind, v, z = ks[kb - 11], got[k]
     -- A key the windows say is a ZSET (ZSET or CONC, the kinds from 3
     -- on): its newest unit, or WRONGTYPE, then a string read here (a GCRA
     -- state, or a compact log written under a limit at or below the
     -- bound), decoded below as MGET's would be. Each kind writes the
-    -- slots it has (the others stay false), and slot 1 when it changes.
-    local z
+    -- slots it has (the others stay false or nil), and slot 1 when it
+    -- changes.
     if kind >= ZSET then
       z = redis.pcall('ZRANGE', KEYS[k], -1, -1, 'WITHSCORES')
       if z.err then
@@ -524,7 +524,8 @@ for i = 1, n do
       -- A log: its units (a compact one's), first and newest unit, then
       -- the forget bound of its longest window (S5) and, in a compact log,
       -- the first unit it keeps.
-      local m, first, newest, lo, fcut = 0, false, false, 0, 0
+      local m, first, newest
+      local lo, fcut = 0, 0
       if kind == COMPACT then
         m = #v - 1
         if m % 7 ~= 0 then
@@ -918,7 +919,8 @@ for i = 1, op ~= 2 and n or 0 do
   end
 end
 -- The writes, once per key, after every read.
-local rec, nows, one, lastus, lastpx
+-- px: the TTL of the last log written, for pxus microseconds.
+local rec, nows, one, pxus, px
 for k = 1, U > 0 and u or 0 do
   local kb = 12 * k
   local g = ks[kb - 1]
@@ -939,10 +941,9 @@ for k = 1, U > 0 and u or 0 do
     -- The keys of one longest period share their TTL (with no unit
     -- ahead of now): converted by the first of them.
     local us = top + p - now + gr
-    if us ~= lastus then
-      lastus, lastpx = us, ttl(us)
+    if us ~= pxus then
+      pxus, px = us, ttl(us)
     end
-    local px = lastpx
     -- Compact while the log, after this write, holds at most the
     -- compact bound of units, or its largest limit is at or below it; a
     -- ZSET stays a ZSET. The units it keeps: a compact log's from lo to m
