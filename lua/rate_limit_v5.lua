@@ -374,16 +374,16 @@ else
     ks[x] = false
   end
 end
--- zw counts the concurrency keys, marked in slot 1 for the read below.
+-- zw counts the concurrency keys, marked in slot 1 for the read below;
+-- seen is the last key named so far, by its last slot (12 × its index).
 local seen, zw = 0, 0
 for i = 1, n do
   local j = 4 * i
   local x, l, p = arg[j - 3], arg[j - 2], arg[j - 1]
   local g = x % 4
-  local k = (x - g) / 4
-  local kb = 12 * k
-  if k == seen + 1 then
-    seen = k
+  local kb = 3 * (x - g)
+  if kb == seen + 12 then
+    seen = kb
     ks[kb - 4] = i
     ks[kb - 3] = p
     ks[kb - 2] = l
@@ -392,8 +392,8 @@ for i = 1, n do
     if g == 2 then
       zw, ks[kb - 11] = zw + 1, true
     end
-  elseif k < 1 or k > seen then
-    return redis.error_reply('ERR sluice rate_limit_v5: a limit names key ' .. k .. ': keys are named 1 to u, each first after the ones before it')
+  elseif kb < 12 or kb > seen then
+    return redis.error_reply('ERR sluice rate_limit_v5: a limit names key ' .. kb / 12 .. ': keys are named 1 to u, each first after the ones before it')
   else
     -- A shared log: sliding-log windows of one cost.
     if g ~= 0 or ks[kb - 1] ~= 0 or arg[j] ~= ks[kb] then
@@ -407,7 +407,7 @@ for i = 1, n do
     end
   end
 end
-if seen ~= u then
+if seen ~= 12 * u then
   return redis.error_reply('ERR sluice rate_limit_v5: every key must be named by a limit')
 end
 
@@ -886,9 +886,9 @@ for i = 1, op ~= 2 and n or 0 do
     remaining = 0
   end
   if U > 0 then
-    reply[o1 + 1] = remaining
-    reply[o1 + 2] = reset
     o1 = o1 + 2
+    reply[o1 - 1] = remaining
+    reply[o1] = reset
   end
   if refused then
     -- A log's retry: the units are read only for a refusal.
@@ -912,10 +912,10 @@ for i = 1, op ~= 2 and n or 0 do
       end
       retry = first + p - now
     end
-    reply[o2 + 1] = remaining
-    reply[o2 + 2] = retry or 0
-    reply[o2 + 3] = reset
     o2 = o2 + 3
+    reply[o2 - 2] = remaining
+    reply[o2 - 1] = retry or 0
+    reply[o2] = reset
   end
 end
 -- The writes, once per key, after every read.
