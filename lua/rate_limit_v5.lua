@@ -459,7 +459,7 @@ for k = 1, u do
     if #v == 17 then
       kind = GCRA
     end
-  elseif ks[kb - 11] then
+  elseif zw > 0 and ks[kb - 11] then
     kind = CONC
   elseif ks[kb - 2] > compact and ks[kb - 1] == 0 then
     kind = ZSET
@@ -595,7 +595,10 @@ for i = 1, n do
           m = m + 1
         end
       end
-      ks[kb - 10], ks[kb - 9], ks[kb - 8], ks[kb - 5] = tat, tw, m > 0 and now, m
+      ks[kb - 10] = tat
+      ks[kb - 9] = tw
+      ks[kb - 8] = m > 0 and now
+      ks[kb - 5] = m
     elseif kind == CONC then
       -- The slots its unexpired members hold (slot 7) and its latest
       -- expiry.
@@ -612,7 +615,8 @@ for i = 1, n do
           m = redis.call('ZCOUNT', KEYS[k], now + 1, '+inf')
         end
       end
-      ks[kb - 8], ks[kb - 5] = newest, m
+      ks[kb - 8] = newest
+      ks[kb - 5] = m
     end
   end
   -- The units the key holds for this window: a log's inside the window,
