@@ -311,19 +311,20 @@ end
 -- start (max(TAT, now), converted); in cnt[i] the units inside the
 -- window (a concurrency window's slots held), for a GCRA window its
 -- emission interval. Its key's index and algorithm stay in arg[4i-3]
--- (algorithm + 4 × index): g = x % 4, and the key's slots of ks below
--- end at 3(x - g) = 12k. The newest unit is its key's (slot 4 of ks).
--- Per key, 12 slots of ks from 12(k-1): 1 kind, 2 value (a compact
--- string, or a GCRA state's TAT), 3 a GCRA state's interval, 4 the
--- newest unit (a concurrency key's latest expiry; now for a GCRA state
--- holding units, S3; or false), 5 the first kept index of a compact log,
--- 6 a log's forget bound, 7 the units it holds (a compact log's, a GCRA
--- state's, a concurrency key's slots); then from the arguments, 8 the
--- first limit naming it (the one a write and an error name), 9 the
--- longest period, 10 the largest limit, 11 the algorithm it is written
--- in (3: not written) and 12 the cost. An item's slots are reached
--- from its last (kb = 12k: slot s at kb - 12 + s), a product with no
--- sum. A slot is written by a statement of its own: a multiple
+-- (x = algorithm + 4 × index): g = x % 4, and the key's slots of ks
+-- below end at 2.75(x - g) = 11k (exact: x - g is a multiple of 4). The
+-- newest unit is its key's (slot 3 of ks).
+-- Per key, 11 slots of ks from 11(k-1): 1 kind, 2 value (a compact
+-- string, or a GCRA state's TAT), 3 the newest unit (a concurrency
+-- key's latest expiry; now for a GCRA state holding units, S3; or
+-- false), 4 the first kept index of a compact log, 5 a log's forget
+-- bound or a GCRA state's interval, 6 the units it holds (a compact
+-- log's, a GCRA state's, a concurrency key's slots); then from the
+-- arguments, 7 the first limit naming it (the one a write and an error
+-- name), 8 the longest period, 9 the largest limit, 10 the algorithm it
+-- is written in (3: not written) and 11 the cost. An item's slots are
+-- reached from its last (kb = 11k: slot s at kb - 11 + s), a product
+-- with no sum. A slot is written by a statement of its own: a multiple
 -- assignment copies each value once more.
 -- Every slot exists from the start, so that each table is an array:
 -- slots written sparsely land in its hash part, and its rehashes cost
@@ -345,44 +346,44 @@ else
 end
 if u <= 2 then
   ks = {
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
   }
 elseif u <= 5 then
   ks = {
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
   }
 elseif u <= 9 then
   ks = {
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
   }
 else
   ks = {}
-  for x = 1, 12 * u do
+  for x = 1, 11 * u do
     ks[x] = false
   end
 end
 -- zw counts the concurrency keys, marked in slot 1 for the read below;
--- seen is the last key named so far, by its last slot (12 × its index).
+-- seen is the last key named so far, by its last slot (11 × its index).
 local seen, zw = 0, 0
 for i = 1, n do
   local j = 4 * i
   local x, l, p = arg[j - 3], arg[j - 2], arg[j - 1]
   local g = x % 4
-  local kb = 3 * (x - g)
-  if kb == seen + 12 then
+  local kb = 2.75 * (x - g)
+  if kb == seen + 11 then
     seen = kb
     ks[kb - 4] = i
     ks[kb - 3] = p
@@ -390,10 +391,10 @@ for i = 1, n do
     ks[kb - 1] = g
     ks[kb] = arg[j]
     if g == 2 then
-      zw, ks[kb - 11] = zw + 1, true
+      zw, ks[kb - 10] = zw + 1, true
     end
-  elseif kb < 12 or kb > seen then
-    return redis.error_reply('ERR sluice rate_limit_v5: a limit names key ' .. kb / 12 .. ': keys are named 1 to u, each first after the ones before it')
+  elseif kb < 11 or kb > seen then
+    return redis.error_reply('ERR sluice rate_limit_v5: a limit names key ' .. kb / 11 .. ': keys are named 1 to u, each first after the ones before it')
   else
     -- A shared log: sliding-log windows of one cost.
     if g ~= 0 or ks[kb - 1] ~= 0 or arg[j] ~= ks[kb] then
@@ -407,7 +408,7 @@ for i = 1, n do
     end
   end
 end
-if seen ~= 12 * u then
+if seen ~= 11 * u then
   return redis.error_reply('ERR sluice rate_limit_v5: every key must be named by a limit')
 end
 
@@ -431,7 +432,7 @@ elseif zw == u then
 else
   local ss, m = {}, 0
   for k = 1, u do
-    if not ks[12 * k - 11] then
+    if not ks[11 * k - 10] then
       m = m + 1
       ss[m] = KEYS[k]
     end
@@ -439,7 +440,7 @@ else
   local r = redis.call('MGET', unpack(ss))
   got, m = {}, 0
   for k = 1, u do
-    if ks[12 * k - 11] then
+    if ks[11 * k - 10] then
       got[k] = false
     else
       m = m + 1
@@ -449,7 +450,7 @@ else
 end
 local probe, m = false, 0
 for k = 1, u do
-  local kb = 12 * k
+  local kb = 11 * k
   local v = got[k]
   local kind = COMPACT
   if v then
@@ -459,7 +460,7 @@ for k = 1, u do
     if #v == 17 then
       kind = GCRA
     end
-  elseif zw > 0 and ks[kb - 11] then
+  elseif zw > 0 and ks[kb - 10] then
     kind = CONC
   elseif ks[kb - 2] > compact and ks[kb - 1] == 0 then
     kind = ZSET
@@ -469,16 +470,16 @@ for k = 1, u do
     m = m + 1
     probe[m] = KEYS[k]
   end
-  ks[kb - 11] = kind
+  ks[kb - 10] = kind
 end
 if probe and redis.call('EXISTS', unpack(probe)) > 0 then
   for k = 1, u do
-    if ks[12 * k - 11] == NONE then
+    if ks[11 * k - 10] == NONE then
       local ty = redis.call('TYPE', KEYS[k])['ok']
       if ty == 'zset' then
-        ks[12 * k - 11] = ZSET
+        ks[11 * k - 10] = ZSET
       elseif ty ~= 'none' then
-        return bad(ks[12 * k - 4], 'wrongtype')
+        return bad(ks[11 * k - 4], 'wrongtype')
       end
     end
   end
@@ -494,11 +495,11 @@ for i = 1, n do
   local j = 4 * i
   local x, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
   local g = x % 4
-  local kb = 3 * (x - g)
+  local kb = 2.75 * (x - g)
   if kb > last then
     last = kb
-    local k = kb / 12
-    local kind, v, z = ks[kb - 11], got[k]
+    local k = kb / 11
+    local kind, v, z = ks[kb - 10], got[k]
     -- A key the windows say is a ZSET (ZSET or CONC, the kinds from 3
     -- on): its newest unit, or WRONGTYPE, then a string read here (a GCRA
     -- state, or a compact log written under a limit at or below the
@@ -517,7 +518,7 @@ for i = 1, n do
         else
           kind = COMPACT
         end
-        ks[kb - 11] = kind
+        ks[kb - 10] = kind
       end
     end
     if kind == COMPACT or kind == ZSET then
@@ -550,7 +551,7 @@ for i = 1, n do
           return bad(i, 'range')
         end
       else
-        ks[kb - 11] = NONE
+        ks[kb - 10] = NONE
       end
       if newest then
         if newest > horizon then
@@ -568,7 +569,7 @@ for i = 1, n do
           lo = above(v, 1, m, fcut, nil, newest)
         end
       end
-      ks[kb - 10] = v
+      ks[kb - 9] = v
       ks[kb - 8] = newest
       ks[kb - 7] = lo
       ks[kb - 6] = fcut
@@ -595,12 +596,12 @@ for i = 1, n do
           m = m + 1
         end
       end
-      ks[kb - 10] = tat
-      ks[kb - 9] = tw
+      ks[kb - 9] = tat
+      ks[kb - 6] = tw
       ks[kb - 8] = m > 0 and now
       ks[kb - 5] = m
     elseif kind == CONC then
-      -- The slots its unexpired members hold (slot 7) and its latest
+      -- The slots its unexpired members hold (slot 6) and its latest
       -- expiry.
       local newest, m = false, 0
       if z[2] then
@@ -624,7 +625,7 @@ for i = 1, n do
   -- forget bound (S5, with its own p), low the first of them (a compact
   -- log's index or a ZSET's lower bound); a GCRA state's, the slots a
   -- concurrency key holds (decoded once).
-  local kind = ks[kb - 11]
+  local kind = ks[kb - 10]
   local count, low = 0, 0
   if kind == COMPACT or kind == ZSET then
     local newest = ks[kb - 8]
@@ -647,13 +648,13 @@ for i = 1, n do
         local m = ks[kb - 5]
         low = ks[kb - 7]
         if lower ~= ks[kb - 6] then
-          low = above(ks[kb - 10], low, m, lower, nil, newest)
+          low = above(ks[kb - 9], low, m, lower, nil, newest)
         end
         count = m - low
       else
         -- Whole microseconds: (lower, +inf) is [lower + 1, +inf), and a
         -- number reaches Redis exactly, without a string.format.
-        low, count = lower, redis.call('ZCOUNT', KEYS[kb / 12], lower + 1, '+inf')
+        low, count = lower, redis.call('ZCOUNT', KEYS[kb / 11], lower + 1, '+inf')
       end
     end
   elseif kind ~= NONE then
@@ -672,8 +673,8 @@ for i = 1, n do
       t = 1
     end
     local start = now
-    if kind == GCRA and ks[kb - 9] == t then
-      local tat = ks[kb - 10]
+    if kind == GCRA and ks[kb - 6] == t then
+      local tat = ks[kb - 9]
       if tat > now then
         start = tat
       end
@@ -709,18 +710,18 @@ end
 -- Settle: each concurrency key gives the lease's slots back, each rate
 -- key (once, whatever the windows sharing it) refunds or charges here,
 -- but a log's charge goes through the writes of an admission below, its
--- cost (slot 12) replaced by the charge; every other key's algorithm
--- (slot 11) is replaced by 3, which those writes skip. The record is
+-- cost (slot 11) replaced by the charge; every other key's algorithm
+-- (slot 10) is replaced by 3, which those writes skip. The record is
 -- marked settled last.
 local nonce = ARGV[2]
 if op == 2 then
   -- A charge's members must not be the reservation's own (ID:k).
   nonce = nonce .. '+'
   for k = 1, u do
-    local kb = 12 * k
+    local kb = 11 * k
     local i = ks[kb - 4]
     local g, c = ks[kb - 1], ks[kb]
-    local kind, key, d = ks[kb - 11], KEYS[k], X - c
+    local kind, key, d = ks[kb - 10], KEYS[k], X - c
     ks[kb - 1] = 3
     if g == 2 then
       if ks[kb - 8] then
@@ -750,11 +751,11 @@ if op == 2 then
       -- A refund of -d units, in the algorithm the key is stored in (a
       -- key rewritten under another window since the reservation gives
       -- back what its state still holds), as domain.KeyState.Refund.
-      local v, p = ks[kb - 10], ks[kb - 3]
+      local v, p = ks[kb - 9], ks[kb - 3]
       if kind == GCRA then
         -- The TAT moves back -d of the intervals it was written with,
         -- never before now.
-        local tw = ks[kb - 9]
+        local tw = ks[kb - 6]
         if v > now then
           local new = v + d * tw
           if new < now then
@@ -820,9 +821,9 @@ if refused then
   -- The x-th oldest unit inside limit i's window (1 <= x <= count).
   unit = function(i, x)
     local k = arg[4 * i - 3] / 4 -- a log's window: algorithm 0
-    local kind = ks[12 * k - 11]
+    local kind = ks[11 * k - 10]
     if kind == COMPACT then
-      return sunpack('>I7', ks[12 * k - 10], 2 + 7 * (lw[i] + x - 1))
+      return sunpack('>I7', ks[11 * k - 9], 2 + 7 * (lw[i] + x - 1))
     elseif kind == ZSET then
       local z = redis.call('ZRANGEBYSCORE', KEYS[k], '(' .. format('%.0f', lw[i]), '+inf', 'WITHSCORES', 'LIMIT', x - 1, 1)
       local y = tonumber(z[2])
@@ -845,9 +846,9 @@ for i = 1, op ~= 2 and n or 0 do
   -- reply) unless the window alone would refuse.
   local remaining, retry, reset
   if g == 0 then
-    -- reset: p after its key's newest unit (kb = 3x), or after now when
+    -- reset: p after its key's newest unit (kb = 2.75x), or after now when
     -- units are used now and none is ahead of now; 0 for no unit.
-    local top = ks[3 * x - 8]
+    local top = ks[2.75 * x - 8]
     remaining = l - total
     if total == 0 then
       reset = 0
@@ -868,7 +869,7 @@ for i = 1, op ~= 2 and n or 0 do
   elseif U > 0 then
     -- A concurrency window of an admitted Reserve: its slots and the
     -- lease's, held until the latest expiry.
-    local exp, newest = now + X, ks[3 * (x - 2) - 8]
+    local exp, newest = now + X, ks[2.75 * (x - 2) - 8]
     if not newest or newest < exp then
       newest = exp
     end
@@ -878,7 +879,7 @@ for i = 1, op ~= 2 and n or 0 do
     -- latest expiry; a refusal waits for the earliest.
     remaining, reset = l - count, 0
     if count > 0 then
-      reset = ks[3 * (x - 2) - 8] - now
+      reset = ks[2.75 * (x - 2) - 8] - now
     end
     if count + c > l then
       local z = redis.call('ZRANGEBYSCORE', KEYS[(x - 2) / 4], '(' .. format('%.0f', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -926,13 +927,13 @@ end
 -- px: the TTL of the last log written, for pxus microseconds.
 local rec, nows, one, pxus, px
 for k = 1, U > 0 and u or 0 do
-  local kb = 12 * k
+  local kb = 11 * k
   local g = ks[kb - 1]
   local key, used = KEYS[k], U * ks[kb]
   if g == 0 then
-    -- A log, kept for its longest window (P, slot 9) and stored as its
-    -- largest limit (slot 10) says.
-    local kind, v, lo, newest = ks[kb - 11], ks[kb - 10], ks[kb - 7], ks[kb - 8]
+    -- A log, kept for its longest window (P, slot 8) and stored as its
+    -- largest limit (slot 9) says.
+    local kind, v, lo, newest = ks[kb - 10], ks[kb - 9], ks[kb - 7], ks[kb - 8]
     local l, p = ks[kb - 2], ks[kb - 3]
     local top = now
     if newest and newest > now then
