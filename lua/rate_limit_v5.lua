@@ -448,7 +448,7 @@ else
     end
   end
 end
-local probe, m = false, 0
+local probe, np = false, 0
 for k = 1, u do
   local kb = 11 * k
   local v = got[k]
@@ -467,8 +467,8 @@ for k = 1, u do
   else
     kind = NONE
     probe = probe or {}
-    m = m + 1
-    probe[m] = KEYS[k]
+    np = np + 1
+    probe[np] = KEYS[k]
   end
   ks[kb - 10] = kind
 end
@@ -951,8 +951,7 @@ for k = 1, U > 0 and u or 0 do
     end
     -- Compact while the log, after this write, holds at most the
     -- compact bound of units, or its largest limit is at or below it; a
-    -- ZSET stays a ZSET. The units it keeps: a compact log's from lo to m
-    -- - 1, a GCRA state's count m (S3).
+    -- ZSET stays a ZSET.
     -- Then the write (S5, S6): the used units at now after the units it
     -- keeps (a compact log's from lo to m - 1; m units at now for a GCRA
     -- state, S3; a ZSET's after its forget bound). When small, a compact
