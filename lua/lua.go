@@ -34,4 +34,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "16a574d03892ea9805a1ba1089d55abb7a93b564"
+const RateLimitV5SHA1 = "5bf7bd44c915bcbac59362ff72c6b5093fb2ee57"

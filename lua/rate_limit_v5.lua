@@ -176,13 +176,6 @@ local function ttl(us)
   return s
 end
 
--- Writes a GCRA state (S6): its TAT with the interval t it was written
--- with, for as long as it holds units (at least the TTL floor).
--- Admission, charge and refund all write it so.
-local function settat(key, tat, t)
-  redis.call('SET', key, pack('>Bi8i8', 2, tat, t), 'PX', ttl(tat - now))
-end
-
 -- Ops 1-3: the lease record's key, the lease ID, ARGV[3], and for Settle
 -- and Renew what the record says: the lease's instant and expiry. The
 -- functions are made only here: a closure costs every call that makes
@@ -490,7 +483,8 @@ end
 -- and decoded once, at the first limit naming it (keys are named in
 -- order), whatever the windows that read it: one pass over the limits.
 -- A key is named first when its slots lie past the last key decoded.
-local A, last = reps, 0
+-- gcra: a GCRA state or window was met (settat below is made only then).
+local A, last, gcra = reps, 0, false
 for i = 1, n do
   local j = 4 * i
   local x, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
@@ -576,6 +570,7 @@ for i = 1, n do
       ks[kb - 5] = m
     elseif kind == GCRA then
       -- One unpack reads the tag too.
+      gcra = true
       local tag, tat, tw = sunpack('>Bi8i8', v)
       if tag ~= 2 then
         return bad(i, 'malformed')
@@ -667,6 +662,7 @@ for i = 1, n do
     lw[i] = low
     cnt[i] = count
   elseif g == 1 then
+    gcra = true
     -- The emission interval, truncated, at least a microsecond.
     local t = (p - p % l) / l
     if t < 1 then
@@ -704,6 +700,17 @@ for i = 1, n do
   end
   if room < c * A then
     A = room > 0 and (room - room % c) / c or 0
+  end
+end
+
+-- Writes a GCRA state (S6): its TAT with the interval t it was written
+-- with, for as long as it holds units (at least the TTL floor).
+-- Admission, charge and refund all write it so. Made only when a GCRA
+-- state or window was met: a closure costs every call that makes it.
+local settat
+if gcra then
+  settat = function(key, tat, t)
+    redis.call('SET', key, pack('>Bi8i8', 2, tat, t), 'PX', ttl(tat - now))
   end
 end
 
