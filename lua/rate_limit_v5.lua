@@ -520,7 +520,7 @@ for i = 1, n do
       -- the forget bound of its longest window (S5) and, in a compact log,
       -- the first unit it keeps.
       local m, first, newest
-      local lo, fcut = 0, 0
+      local fcut = 0
       if kind == COMPACT then
         m = #v - 1
         if m % 7 ~= 0 then
@@ -539,6 +539,9 @@ for i = 1, n do
         elseif byte(v) ~= 1 then
           return bad(i, 'malformed')
         end
+        ks[kb - 9] = v
+        ks[kb - 7] = 0
+        ks[kb - 5] = m
       elseif z[2] then
         newest = tonumber(z[2])
         if newest ~= newest or newest < -AHEAD or newest % 1 ~= 0 then
@@ -560,14 +563,11 @@ for i = 1, n do
         end
         fcut = latest - p - gr
         if first and first <= fcut then
-          lo = above(v, 1, m, fcut, nil, newest)
+          ks[kb - 7] = above(v, 1, m, fcut, nil, newest)
         end
       end
-      ks[kb - 9] = v
       ks[kb - 8] = newest
-      ks[kb - 7] = lo
       ks[kb - 6] = fcut
-      ks[kb - 5] = m
     elseif kind == GCRA then
       -- One unpack reads the tag too.
       gcra = true
@@ -649,7 +649,8 @@ for i = 1, n do
       else
         -- Whole microseconds: (lower, +inf) is [lower + 1, +inf), and a
         -- number reaches Redis exactly, without a string.format.
-        low, count = lower, redis.call('ZCOUNT', KEYS[kb / 11], lower + 1, '+inf')
+        low = lower
+        count = redis.call('ZCOUNT', KEYS[kb / 11], lower + 1, '+inf')
       end
     end
   elseif kind ~= NONE then
@@ -1052,14 +1053,15 @@ for k = 1, U > 0 and u or 0 do
           one = nonce .. ':1'
         end
         redis.call('ZADD', key, nows, one)
-      end
-      for y = 1, used > 1 and used or 0, 500 do
-        local args = {}
-        for x = y, math.min(y + 499, used) do
-          args[#args + 1] = nows
-          args[#args + 1] = nonce .. ':' .. x
+      else
+        for y = 1, used, 500 do
+          local args = {}
+          for x = y, math.min(y + 499, used) do
+            args[#args + 1] = nows
+            args[#args + 1] = nonce .. ':' .. x
+          end
+          redis.call('ZADD', key, unpack(args))
         end
-        redis.call('ZADD', key, unpack(args))
       end
       redis.call('PEXPIRE', key, px)
     end
