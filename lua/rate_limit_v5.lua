@@ -97,9 +97,15 @@ if flags % 8 >= 4 then
 end
 local consume = flags % 2 == 1
 -- Every limit's algorithm and key index (one byte: algorithm + 4 ×
--- index), limit, period and cost, in one unpack: arg[4i-3] to arg[4i];
--- the key loop below splits the first.
-local arg = {sunpack('>' .. rep('BI4i8I4', n), a, 30)}
+-- index), limit, period and cost, in one unpack: arg[4i-3] to arg[4i].
+-- The nine windows' format is a constant (no string built per call).
+local fmt
+if n == 9 then
+  fmt = '>BI4i8I4BI4i8I4BI4i8I4BI4i8I4BI4i8I4BI4i8I4BI4i8I4BI4i8I4BI4i8I4'
+else
+  fmt = '>' .. rep('BI4i8I4', n)
+end
+local arg = {sunpack(fmt, a, 30)}
 
 -- domain.MaxPeriod in microseconds; no stored instant may lie further
 -- ahead of now than AHEAD (a longer wait than any window can ask for).
@@ -160,20 +166,18 @@ local format = string.format
 -- A TTL (us microseconds from now) in milliseconds, rounded up and at
 -- least the floor of TTLs, as the string redis.call sends: a number
 -- argument costs Redis a conversion per call, and the keys of one window
--- share their TTL, converted once.
-local ttls = {}
+-- share their TTL: the last one converted (ttlpx, ttls) is kept.
+local ttlpx, ttls
 local function ttl(us)
   local px = us + 999
   px = (px - px % 1000) / 1000
   if px < minttl then
     px = minttl
   end
-  local s = ttls[px]
-  if not s then
-    s = format('%.0f', px)
-    ttls[px] = s
+  if px ~= ttlpx then
+    ttlpx, ttls = px, format('%.0f', px)
   end
-  return s
+  return ttls
 end
 
 -- Ops 1-3: the lease record's key, the lease ID, ARGV[3], and for Settle
