@@ -34,4 +34,4 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "2f60f52ab8b20104a15ccfa03582cfeec474a326"
+const RateLimitV5SHA1 = "c65d5c1384e48272e16d43d210da2867d072f92e"

@@ -116,10 +116,11 @@ local horizon = now + AHEAD
 local NONE, GCRA, COMPACT, ZSET, CONC = 0, 1, 2, 3, 4
 
 -- First index in [lo, hi) of compact string v whose instant exceeds x (hi
--- if none), given a, the instant at lo, and b, the instant at hi - 1 (or
--- nil: read here). The probes alternate between interpolation (arrivals
--- are about even in time: the boundary is found in a probe or two) and
--- bisection (a burst at one instant cannot make it linear). Elsewhere,
+-- if none), and that instant when it was read (else nil), given a, the
+-- instant at lo, and b, the instant at hi - 1 (or nil: read here). The
+-- probes alternate between interpolation (arrivals are about even in
+-- time: the boundary is found in a probe or two) and bisection (a burst
+-- at one instant cannot make it linear). Elsewhere,
 -- integer division is written (x - x % y) / y: exact for the integers
 -- below 2^52 it meets, and no function call; an interpolated index is a
 -- quotient of doubles and takes floor, which x - x % 1 may miss by an
@@ -129,7 +130,7 @@ local function above(v, lo, hi, x, a, b)
   while lo < hi do
     a = a or sunpack('>I7', v, 2 + 7 * lo)
     if a > x then
-      return lo
+      return lo, a
     end
     b = b or sunpack('>I7', v, 7 * hi - 5)
     if b <= x then
@@ -148,7 +149,7 @@ local function above(v, lo, hi, x, a, b)
     if y > x then
       hi, b = g + 1, y
       if g == lo + 1 then
-        return g
+        return g, y
       end
     else
       lo, a = g + 1, nil
@@ -314,10 +315,10 @@ end
 -- Per key, 11 slots of ks from 11(k-1): 1 kind, 2 value (a compact
 -- string, or a GCRA state's TAT), 3 the newest unit (a concurrency
 -- key's latest expiry; now for a GCRA state holding units, S3; or
--- false), 4 the first kept index of a compact log, 5 a log's forget
--- bound or a GCRA state's interval, 6 the units it holds (a compact
--- log's, a GCRA state's, a concurrency key's slots); then from the
--- arguments, 7 the first limit naming it (the one a write and an error
+-- false), 4 the first kept index of a compact log, 5 a compact log's
+-- first kept unit (its instant; false: none), a ZSET log's forget bound
+-- or a GCRA state's interval, 6 the units it holds (a compact log's, a
+-- GCRA state's, a concurrency key's slots); then from the arguments, 7 the first limit naming it (the one a write and an error
 -- name), 8 the longest period, 9 the largest limit, 10 the algorithm it
 -- is written in (3: not written) and 11 the cost. An item's slots are
 -- reached from its last (kb = 11k: slot s at kb - 11 + s), a product
@@ -567,11 +568,18 @@ for i = 1, n do
         end
         fcut = latest - p - gr
         if first and first <= fcut then
-          ks[kb - 7] = above(v, 1, m, fcut, nil, newest)
+          local lo, fa = above(v, 1, m, fcut, nil, newest)
+          ks[kb - 7] = lo
+          first = fa or lo < m and sunpack('>I7', v, 2 + 7 * lo)
         end
       end
       ks[kb - 8] = newest
-      ks[kb - 6] = fcut
+      -- Slot 5: a compact log's first unit kept, a ZSET's forget bound.
+      if kind == COMPACT then
+        ks[kb - 6] = first
+      else
+        ks[kb - 6] = fcut
+      end
     elseif kind == GCRA then
       -- One unpack reads the tag too.
       gcra = true
@@ -643,11 +651,12 @@ for i = 1, n do
         end
       end
       if kind == COMPACT then
-        -- The key's own forget bound (one window, no grace): found once.
-        local m = ks[kb - 5]
+        -- A search, from the first unit kept, only when that unit is not
+        -- inside the window.
+        local m, fa = ks[kb - 5], ks[kb - 6]
         low = ks[kb - 7]
-        if lower ~= ks[kb - 6] then
-          low = above(ks[kb - 9], low, m, lower, nil, newest)
+        if fa and fa <= lower then
+          low = above(ks[kb - 9], low, m, lower, fa, newest)
         end
         count = m - low
       else
