@@ -36,7 +36,7 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "9ea59cb9224697a9abc5971be7a89632d4353984"
+const RateLimitV5SHA1 = "c65d5c1384e48272e16d43d210da2867d072f92e"
 
 //go:embed batch_v5.lua
 var batchTail string
@@ -50,4 +50,4 @@ var batchTail string
 var BatchV5 = "local function decide(KEYS, ARGV)\n" + RateLimitV5 + "\nend\n" + batchTail
 
 // BatchV5SHA1 is the SHA1 of BatchV5. A test checks it against the text.
-const BatchV5SHA1 = "993a4dea1250482a8bead0f9f5243e5c54d3df8e"
+const BatchV5SHA1 = "7561b38eb5ad60b2c4f8c83fb14bed1083b3f979"

@@ -97,9 +97,15 @@ if flags % 8 >= 4 then
 end
 local consume = flags % 2 == 1
 -- Every limit's algorithm and key index (one byte: algorithm + 4 ×
--- index), limit, period and cost, in one unpack: arg[4i-3] to arg[4i];
--- the key loop below splits the first.
-local arg = {sunpack('>' .. rep('BI4i8I4', n), a, 30)}
+-- index), limit, period and cost, in one unpack: arg[4i-3] to arg[4i].
+-- The nine windows' format is a constant (no string built per call).
+local fmt
+if n == 9 then
+  fmt = '>BI4i8I4BI4i8I4BI4i8I4BI4i8I4BI4i8I4BI4i8I4BI4i8I4BI4i8I4BI4i8I4'
+else
+  fmt = '>' .. rep('BI4i8I4', n)
+end
+local arg = {sunpack(fmt, a, 30)}
 
 -- domain.MaxPeriod in microseconds; no stored instant may lie further
 -- ahead of now than AHEAD (a longer wait than any window can ask for).
@@ -110,10 +116,11 @@ local horizon = now + AHEAD
 local NONE, GCRA, COMPACT, ZSET, CONC = 0, 1, 2, 3, 4
 
 -- First index in [lo, hi) of compact string v whose instant exceeds x (hi
--- if none), given a, the instant at lo, and b, the instant at hi - 1 (or
--- nil: read here). The probes alternate between interpolation (arrivals
--- are about even in time: the boundary is found in a probe or two) and
--- bisection (a burst at one instant cannot make it linear). Elsewhere,
+-- if none), and that instant when it was read (else nil), given a, the
+-- instant at lo, and b, the instant at hi - 1 (or nil: read here). The
+-- probes alternate between interpolation (arrivals are about even in
+-- time: the boundary is found in a probe or two) and bisection (a burst
+-- at one instant cannot make it linear). Elsewhere,
 -- integer division is written (x - x % y) / y: exact for the integers
 -- below 2^52 it meets, and no function call; an interpolated index is a
 -- quotient of doubles and takes floor, which x - x % 1 may miss by an
@@ -123,7 +130,7 @@ local function above(v, lo, hi, x, a, b)
   while lo < hi do
     a = a or sunpack('>I7', v, 2 + 7 * lo)
     if a > x then
-      return lo
+      return lo, a
     end
     b = b or sunpack('>I7', v, 7 * hi - 5)
     if b <= x then
@@ -142,7 +149,7 @@ local function above(v, lo, hi, x, a, b)
     if y > x then
       hi, b = g + 1, y
       if g == lo + 1 then
-        return g
+        return g, y
       end
     else
       lo, a = g + 1, nil
@@ -160,27 +167,18 @@ local format = string.format
 -- A TTL (us microseconds from now) in milliseconds, rounded up and at
 -- least the floor of TTLs, as the string redis.call sends: a number
 -- argument costs Redis a conversion per call, and the keys of one window
--- share their TTL, converted once.
-local ttls = {}
+-- share their TTL: the last one converted (ttlpx, ttls) is kept.
+local ttlpx, ttls
 local function ttl(us)
   local px = us + 999
   px = (px - px % 1000) / 1000
   if px < minttl then
     px = minttl
   end
-  local s = ttls[px]
-  if not s then
-    s = format('%.0f', px)
-    ttls[px] = s
+  if px ~= ttlpx then
+    ttlpx, ttls = px, format('%.0f', px)
   end
-  return s
-end
-
--- Writes a GCRA state (S6): its TAT with the interval t it was written
--- with, for as long as it holds units (at least the TTL floor).
--- Admission, charge and refund all write it so.
-local function settat(key, tat, t)
-  redis.call('SET', key, pack('>Bi8i8', 2, tat, t), 'PX', ttl(tat - now))
+  return ttls
 end
 
 -- Ops 1-3: the lease record's key, the lease ID, ARGV[3], and for Settle
@@ -306,105 +304,109 @@ if leased then
   end
 end
 
--- Per limit, 5 slots of st from 5(i-1), the ones its window needs: 1
--- its key's index in KEYS, 2 for a log the first unit inside the window
--- (a compact log's index, a ZSET's lower bound), for a GCRA window the
--- start (max(TAT, now), converted), 3 the units inside the window (a
--- concurrency window's slots held), 4 the newest unit (or false), 5 a
--- GCRA window's emission interval.
--- Per key, 12 slots of ks from 12(k-1): 1 kind, 2 value (a compact
--- string, or a GCRA state's TAT), 3 a GCRA state's interval, 4 the
--- newest unit (a concurrency key's latest expiry; or false), 5 the first
--- kept index of a compact log, 6 a log's forget bound, 7 the units it
--- holds (a compact log's, a GCRA state's, a concurrency key's slots);
--- then from the arguments, 8 the first limit naming it (the one a write
--- and an error name), 9 the longest period, 10 the largest limit, 11 the
--- algorithm it is written in (3: not written) and 12 the cost.
--- Every slot of both exists from the start, so that each table is an
--- array: slots written sparsely land in its hash part, and its rehashes
--- cost more than the rest of a key's reading. A constructor sizes it at
--- once for the common requests (the dual layer's 2 windows, the nine
--- windows on 5 or 9 keys), cheaper than filling it slot by slot.
-local st, ks
+-- Per limit i, in lw[i] for a log's window the first unit inside it (a
+-- compact log's index, a ZSET's lower bound), for a GCRA window its
+-- start (max(TAT, now), converted); in cnt[i] the units inside the
+-- window (a concurrency window's slots held), for a GCRA window its
+-- emission interval. Its key's index and algorithm stay in arg[4i-3]
+-- (x = algorithm + 4 × index): g = x % 4, and the key's slots of ks
+-- below end at 2.75(x - g) = 11k (exact: x - g is a multiple of 4). The
+-- newest unit is its key's (slot 3 of ks).
+-- Per key, 11 slots of ks from 11(k-1): 1 kind, 2 value (a compact
+-- string, or a GCRA state's TAT), 3 the newest unit (a concurrency
+-- key's latest expiry; now for a GCRA state holding units, S3; or
+-- false), 4 the first kept index of a compact log, 5 a compact log's
+-- first kept unit (its instant; false: none), a ZSET log's forget bound
+-- or a GCRA state's interval, 6 the units it holds (a compact log's, a
+-- GCRA state's, a concurrency key's slots); then from the arguments, 7 the first limit naming it (the one a write and an error
+-- name), 8 the longest period, 9 the largest limit, 10 the algorithm it
+-- is written in (3: not written) and 11 the cost. An item's slots are
+-- reached from its last (kb = 11k: slot s at kb - 11 + s), a product
+-- with no sum. A slot is written by a statement of its own: a multiple
+-- assignment copies each value once more.
+-- Every slot exists from the start, so that each table is an array:
+-- slots written sparsely land in its hash part, and its rehashes cost
+-- more than the rest of a key's reading. A constructor sizes it at once
+-- for the common requests (the dual layer's 2 windows, the nine windows
+-- on 5 or 9 keys), cheaper than filling it slot by slot.
+local lw, cnt, ks
 if n <= 2 then
-  st = {false, false, false, false, false, false, false, false, false, false}
+  lw, cnt = {false, false}, {false, false}
 elseif n <= 9 then
-  st = {
-    false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false,
-  }
+  lw = {false, false, false, false, false, false, false, false, false}
+  cnt = {false, false, false, false, false, false, false, false, false}
 else
-  st = {}
-  for x = 1, 5 * n do
-    st[x] = false
+  lw, cnt = {}, {}
+  for i = 1, n do
+    lw[i] = false
+    cnt[i] = false
   end
 end
 if u <= 2 then
   ks = {
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
   }
 elseif u <= 5 then
   ks = {
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
   }
 elseif u <= 9 then
   ks = {
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
-    false, false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
+    false, false, false, false, false, false, false, false, false, false, false,
   }
 else
   ks = {}
-  for x = 1, 12 * u do
+  for x = 1, 11 * u do
     ks[x] = false
   end
 end
--- zw counts the concurrency keys, marked in slot 1 for the read below.
+-- zw counts the concurrency keys, marked in slot 1 for the read below;
+-- seen is the last key named so far, by its last slot (11 × its index).
 local seen, zw = 0, 0
 for i = 1, n do
   local j = 4 * i
   local x, l, p = arg[j - 3], arg[j - 2], arg[j - 1]
   local g = x % 4
-  local k = (x - g) / 4
-  arg[j - 3], st[5 * i - 4] = g, k
-  if k == seen + 1 then
-    seen = k
-    local b = 12 * k - 12
-    ks[b + 8], ks[b + 9], ks[b + 10], ks[b + 11], ks[b + 12] = i, p, l, g, arg[j]
+  local kb = 2.75 * (x - g)
+  if kb == seen + 11 then
+    seen = kb
+    ks[kb - 4] = i
+    ks[kb - 3] = p
+    ks[kb - 2] = l
+    ks[kb - 1] = g
+    ks[kb] = arg[j]
     if g == 2 then
-      zw, ks[b + 1] = zw + 1, true
+      zw, ks[kb - 10] = zw + 1, true
     end
-  elseif k < 1 or k > seen then
-    return redis.error_reply('ERR sluice rate_limit_v5: a limit names key ' .. k .. ': keys are named 1 to u, each first after the ones before it')
+  elseif kb < 11 or kb > seen then
+    return redis.error_reply('ERR sluice rate_limit_v5: a limit names key ' .. kb / 11 .. ': keys are named 1 to u, each first after the ones before it')
   else
     -- A shared log: sliding-log windows of one cost.
-    local b = 12 * k - 12
-    if g ~= 0 or ks[b + 11] ~= 0 or arg[j] ~= ks[b + 12] then
+    if g ~= 0 or ks[kb - 1] ~= 0 or arg[j] ~= ks[kb] then
       return redis.error_reply('ERR sluice rate_limit_v5: limits that share a key must be sliding logs of one cost')
     end
-    if p > ks[b + 9] then
-      ks[b + 9] = p
+    if p > ks[kb - 3] then
+      ks[kb - 3] = p
     end
-    if l > ks[b + 10] then
-      ks[b + 10] = l
+    if l > ks[kb - 2] then
+      ks[kb - 2] = l
     end
   end
 end
-if seen ~= u then
+if seen ~= 11 * u then
   return redis.error_reply('ERR sluice rate_limit_v5: every key must be named by a limit')
 end
 
@@ -428,7 +430,7 @@ elseif zw == u then
 else
   local ss, m = {}, 0
   for k = 1, u do
-    if not ks[12 * k - 11] then
+    if not ks[11 * k - 10] then
       m = m + 1
       ss[m] = KEYS[k]
     end
@@ -436,7 +438,7 @@ else
   local r = redis.call('MGET', unpack(ss))
   got, m = {}, 0
   for k = 1, u do
-    if ks[12 * k - 11] then
+    if ks[11 * k - 10] then
       got[k] = false
     else
       m = m + 1
@@ -444,42 +446,38 @@ else
     end
   end
 end
-local probe
+local probe, np = false, 0
 for k = 1, u do
-  local b = 12 * k - 12
+  local kb = 11 * k
   local v = got[k]
-  local kind = NONE
-  if ks[b + 1] then
-    kind = CONC
-  elseif v then
+  local kind = COMPACT
+  if v then
     -- By its length: a GCRA state is 17 bytes, a compact log never (1 +
-    -- 7 per unit); each is validated below, its tag included.
+    -- 7 per unit); each is validated below, its tag included. A
+    -- concurrency key is not in the MGET.
     if #v == 17 then
       kind = GCRA
-    else
-      kind = COMPACT
     end
-  elseif ks[b + 11] == 0 and ks[b + 10] > compact then
+  elseif zw > 0 and ks[kb - 10] then
+    kind = CONC
+  elseif ks[kb - 2] > compact and ks[kb - 1] == 0 then
     kind = ZSET
   else
+    kind = NONE
     probe = probe or {}
-    probe[#probe + 1] = k
+    np = np + 1
+    probe[np] = KEYS[k]
   end
-  ks[b + 1] = kind
+  ks[kb - 10] = kind
 end
-if probe then
-  local ss = {}
-  for j = 1, #probe do
-    ss[j] = KEYS[probe[j]]
-  end
-  if redis.call('EXISTS', unpack(ss)) > 0 then
-    for j = 1, #probe do
-      local k = probe[j]
+if probe and redis.call('EXISTS', unpack(probe)) > 0 then
+  for k = 1, u do
+    if ks[11 * k - 10] == NONE then
       local ty = redis.call('TYPE', KEYS[k])['ok']
       if ty == 'zset' then
-        ks[12 * k - 11] = ZSET
+        ks[11 * k - 10] = ZSET
       elseif ty ~= 'none' then
-        return bad(ks[12 * k - 4], 'wrongtype')
+        return bad(ks[11 * k - 4], 'wrongtype')
       end
     end
   end
@@ -489,21 +487,28 @@ end
 -- admits: the least of what each alone fits. A key's value is validated
 -- and decoded once, at the first limit naming it (keys are named in
 -- order), whatever the windows that read it: one pass over the limits.
-local A = reps
+-- A key is named first when its slots lie past the last key decoded.
+-- gcra: a GCRA state or window was met (settat below is made only then).
+local A, last, gcra = reps, 0, false
 for i = 1, n do
   local j = 4 * i
-  local g, l, p, c, k = arg[j - 3], arg[j - 2], arg[j - 1], arg[j], st[5 * i - 4]
-  local kb = 12 * k - 12
-  if ks[kb + 8] == i then
-    local b, kind, v, key = kb, ks[kb + 1], got[k], KEYS[k]
-    -- A key the windows say is a ZSET: its newest unit, or WRONGTYPE, then
-    -- a string read here (a GCRA state, or a compact log written under a
-    -- limit at or below the bound), decoded below as MGET's would be.
-    local z
-    if kind == ZSET or kind == CONC then
-      z = redis.pcall('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local x, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
+  local g = x % 4
+  local kb = 2.75 * (x - g)
+  if kb > last then
+    last = kb
+    local k = kb / 11
+    local kind, v, z = ks[kb - 10], got[k]
+    -- A key the windows say is a ZSET (ZSET or CONC, the kinds from 3
+    -- on): its newest unit, or WRONGTYPE, then a string read here (a GCRA
+    -- state, or a compact log written under a limit at or below the
+    -- bound), decoded below as MGET's would be. Each kind writes the
+    -- slots it has (the others stay false or nil), and slot 1 when it
+    -- changes.
+    if kind >= ZSET then
+      z = redis.pcall('ZRANGE', KEYS[k], -1, -1, 'WITHSCORES')
       if z.err then
-        v = redis.pcall('GET', key)
+        v = redis.pcall('GET', KEYS[k])
         if type(v) ~= 'string' then
           return bad(i, 'wrongtype')
         end
@@ -512,12 +517,72 @@ for i = 1, n do
         else
           kind = COMPACT
         end
+        ks[kb - 10] = kind
       end
     end
-    -- Each kind writes the slots it has (the others stay false).
-    if kind == GCRA then
-      -- One unpack reads the tag too (a call into C costs more than the
-      -- arithmetic around it).
+    if kind == COMPACT or kind == ZSET then
+      -- A log: its units (a compact one's), first and newest unit, then
+      -- the forget bound of its longest window (S5) and, in a compact log,
+      -- the first unit it keeps.
+      local m, first, newest
+      local fcut = 0
+      if kind == COMPACT then
+        m = #v - 1
+        if m % 7 ~= 0 then
+          return bad(i, 'malformed')
+        end
+        m = m / 7
+        if m > 0 then
+          -- One unpack reads the tag with the first unit (a call into C
+          -- costs more than the arithmetic around it).
+          local tag
+          tag, first = sunpack('>BI7', v)
+          newest = sunpack('>I7', v, 7 * m - 5)
+          if tag ~= 1 or first > newest then
+            return bad(i, 'malformed')
+          end
+        elseif byte(v) ~= 1 then
+          return bad(i, 'malformed')
+        end
+        ks[kb - 9] = v
+        ks[kb - 7] = 0
+        ks[kb - 5] = m
+      elseif z[2] then
+        newest = tonumber(z[2])
+        if newest ~= newest or newest < -AHEAD or newest % 1 ~= 0 then
+          return bad(i, 'range')
+        end
+      else
+        ks[kb - 10] = NONE
+      end
+      if newest then
+        if newest > horizon then
+          return bad(i, 'future')
+        end
+        local latest, p, gr = now, ks[kb - 3], grace
+        if newest > now then
+          latest = newest
+        end
+        if gr > p then
+          gr = p
+        end
+        fcut = latest - p - gr
+        if first and first <= fcut then
+          local lo, fa = above(v, 1, m, fcut, nil, newest)
+          ks[kb - 7] = lo
+          first = fa or lo < m and sunpack('>I7', v, 2 + 7 * lo)
+        end
+      end
+      ks[kb - 8] = newest
+      -- Slot 5: a compact log's first unit kept, a ZSET's forget bound.
+      if kind == COMPACT then
+        ks[kb - 6] = first
+      else
+        ks[kb - 6] = fcut
+      end
+    elseif kind == GCRA then
+      -- One unpack reads the tag too.
+      gcra = true
       local tag, tat, tw = sunpack('>Bi8i8', v)
       if tag ~= 2 then
         return bad(i, 'malformed')
@@ -529,7 +594,7 @@ for i = 1, n do
         return bad(i, 'future')
       end
       -- The units it holds: ceil((TAT - now) / its interval), a partly
-      -- drained one whole (S1, S3).
+      -- drained one whole (S1, S3), stamped now for a log's window (S3).
       local m = 0
       if tat > now then
         local d = tat - now
@@ -538,51 +603,12 @@ for i = 1, n do
           m = m + 1
         end
       end
-      ks[b + 1], ks[b + 2], ks[b + 3], ks[b + 7] = GCRA, tat, tw, m
-    elseif kind == COMPACT or kind == ZSET then
-      -- A log: its units (a compact one's), first and newest unit, then
-      -- the forget bound of its longest window (S5) and, in a compact log,
-      -- the first unit it keeps.
-      local m, first, newest, lo, fcut = 0, false, false, 0, 0
-      if kind == COMPACT then
-        m = #v - 1
-        if m % 7 ~= 0 or byte(v, 1) ~= 1 then
-          return bad(i, 'malformed')
-        end
-        m = m / 7
-        if m > 0 then
-          first, newest = sunpack('>I7', v, 2), sunpack('>I7', v, 7 * m - 5)
-          if first > newest then
-            return bad(i, 'malformed')
-          end
-        end
-      elseif z[2] then
-        newest = tonumber(z[2])
-        if newest ~= newest or newest < -AHEAD or newest % 1 ~= 0 then
-          return bad(i, 'range')
-        end
-      else
-        kind = NONE
-      end
-      if newest then
-        if newest > horizon then
-          return bad(i, 'future')
-        end
-        local latest, p, gr = now, ks[b + 9], grace
-        if newest > now then
-          latest = newest
-        end
-        if gr > p then
-          gr = p
-        end
-        fcut = latest - p - gr
-        if first and first <= fcut then
-          lo = above(v, 1, m, fcut, nil, newest)
-        end
-      end
-      ks[b + 1], ks[b + 2], ks[b + 4], ks[b + 5], ks[b + 6], ks[b + 7] = kind, v, newest, lo, fcut, m
+      ks[kb - 9] = tat
+      ks[kb - 6] = tw
+      ks[kb - 8] = m > 0 and now
+      ks[kb - 5] = m
     elseif kind == CONC then
-      -- The slots its unexpired members hold (slot 7) and its latest
+      -- The slots its unexpired members hold (slot 6) and its latest
       -- expiry.
       local newest, m = false, 0
       if z[2] then
@@ -594,74 +620,73 @@ for i = 1, n do
           return bad(i, 'future')
         end
         if newest > now then
-          m = redis.call('ZCOUNT', key, now + 1, '+inf')
+          m = redis.call('ZCOUNT', KEYS[k], now + 1, '+inf')
         end
       end
-      ks[b + 1], ks[b + 4], ks[b + 7] = CONC, newest, m
+      ks[kb - 8] = newest
+      ks[kb - 5] = m
     end
   end
-  local kind, v, newest = ks[kb + 1], ks[kb + 2], ks[kb + 4]
-  local b = 5 * i - 5
-  if g == 2 then
-    -- A string there is not a concurrency key; only a reservation takes
-    -- a slot.
-    if kind ~= CONC then
-      return bad(i, 'wrongtype')
-    end
-    if consume and op ~= 1 then
-      return redis.error_reply('ERR sluice rate_limit_v5: a concurrency window is held by a reservation (op 1), not consumed by Evaluate')
-    end
-  end
-  -- The units the key holds for this window: a GCRA state's, the slots
-  -- a concurrency key holds (decoded once); a log's inside the window,
+  -- The units the key holds for this window: a log's inside the window,
   -- (lower, now], lower the later of now - p and this window's own
   -- forget bound (S5, with its own p), low the first of them (a compact
-  -- log's index or a ZSET's lower bound).
+  -- log's index or a ZSET's lower bound); a GCRA state's, the slots a
+  -- concurrency key holds (decoded once).
+  local kind = ks[kb - 10]
   local count, low = 0, 0
-  if kind == GCRA or kind == CONC then
-    count = ks[kb + 7]
-  elseif kind == COMPACT or kind == ZSET then
+  if kind == COMPACT or kind == ZSET then
+    local newest = ks[kb - 8]
     if newest then
-      local latest, gr = now, grace
+      -- lower = max(latest - p - min(grace, p), now - p): now - p unless
+      -- the newest unit lies ahead of now.
+      local lower = now - p
       if newest > now then
-        latest = newest
-      end
-      if gr > p then
-        gr = p
-      end
-      local lower = latest - p - gr
-      if lower < now - p then
-        lower = now - p
+        local gr = grace
+        if gr > p then
+          gr = p
+        end
+        gr = newest - p - gr
+        if gr > lower then
+          lower = gr
+        end
       end
       if kind == COMPACT then
-        local m, lo = ks[kb + 7], ks[kb + 5]
-        if lower == ks[kb + 6] then
-          -- The key's own forget bound (one window, no grace): found once.
-          low = lo
-        else
-          low = above(v, lo, m, lower, nil, newest)
+        -- A search, from the first unit kept, only when that unit is not
+        -- inside the window.
+        local m, fa = ks[kb - 5], ks[kb - 6]
+        low = ks[kb - 7]
+        if fa and fa <= lower then
+          low = above(ks[kb - 9], low, m, lower, fa, newest)
         end
         count = m - low
       else
         -- Whole microseconds: (lower, +inf) is [lower + 1, +inf), and a
         -- number reaches Redis exactly, without a string.format.
-        low, count = lower, redis.call('ZCOUNT', KEYS[k], lower + 1, '+inf')
+        low = lower
+        count = redis.call('ZCOUNT', KEYS[kb / 11], lower + 1, '+inf')
       end
     end
+  elseif kind ~= NONE then
+    count = ks[kb - 5]
   end
-  -- What fits: room, in units of per (a request's cost, or its cost in
-  -- intervals for GCRA).
-  local room, per = l - count, c
-  if g == 1 then
+  -- What fits: room, in units of c (a request's cost, or for GCRA its
+  -- cost in intervals).
+  local room = l - count
+  if g == 0 then
+    lw[i] = low
+    cnt[i] = count
+  elseif g == 1 then
+    gcra = true
     -- The emission interval, truncated, at least a microsecond.
     local t = (p - p % l) / l
     if t < 1 then
       t = 1
     end
     local start = now
-    if kind == GCRA and ks[kb + 3] == t then
-      if v > now then
-        start = v
+    if kind == GCRA and ks[kb - 6] == t then
+      local tat = ks[kb - 9]
+      if tat > now then
+        start = tat
       end
     else
       -- S1 (a GCRA state of another interval: the units it holds), S2
@@ -673,39 +698,54 @@ for i = 1, n do
       end
       start = now + x
     end
-    room, per = t * l - (start - now), c * t
-    st[b + 2], st[b + 5] = start, t
+    room, c = t * l - (start - now), c * t
+    lw[i] = start
+    cnt[i] = t
   else
-    if kind == GCRA then
-      -- S3: the units a GCRA state holds, stamped now.
-      newest = count > 0 and now
+    -- A string there is not a concurrency key; only a reservation takes
+    -- a slot.
+    if kind ~= CONC then
+      return bad(i, 'wrongtype')
     end
-    st[b + 2], st[b + 3], st[b + 4] = low, count, newest
+    if consume and op ~= 1 then
+      return redis.error_reply('ERR sluice rate_limit_v5: a concurrency window is held by a reservation (op 1), not consumed by Evaluate')
+    end
+    cnt[i] = count
   end
-  if room < per * A then
-    A = room > 0 and (room - room % per) / per or 0
+  if room < c * A then
+    A = room > 0 and (room - room % c) / c or 0
+  end
+end
+
+-- Writes a GCRA state (S6): its TAT with the interval t it was written
+-- with, for as long as it holds units (at least the TTL floor).
+-- Admission, charge and refund all write it so. Made only when a GCRA
+-- state or window was met: a closure costs every call that makes it.
+local settat
+if gcra then
+  settat = function(key, tat, t)
+    redis.call('SET', key, pack('>Bi8i8', 2, tat, t), 'PX', ttl(tat - now))
   end
 end
 
 -- Settle: each concurrency key gives the lease's slots back, each rate
 -- key (once, whatever the windows sharing it) refunds or charges here,
 -- but a log's charge goes through the writes of an admission below, its
--- cost (slot 12) replaced by the charge; every other key's algorithm
--- (slot 11) is replaced by 3, which those writes skip. The record is
+-- cost (slot 11) replaced by the charge; every other key's algorithm
+-- (slot 10) is replaced by 3, which those writes skip. The record is
 -- marked settled last.
 local nonce = ARGV[2]
 if op == 2 then
   -- A charge's members must not be the reservation's own (ID:k).
   nonce = nonce .. '+'
   for k = 1, u do
-    local kb = 12 * k - 12
-    local i = ks[kb + 8]
-    local b, j = 5 * i - 5, 4 * i
-    local g, c = ks[kb + 11], ks[kb + 12]
-    local kind, key, d = ks[kb + 1], KEYS[k], X - c
-    ks[kb + 11] = 3
+    local kb = 11 * k
+    local i = ks[kb - 4]
+    local g, c = ks[kb - 1], ks[kb]
+    local kind, key, d = ks[kb - 10], KEYS[k], X - c
+    ks[kb - 1] = 3
     if g == 2 then
-      if st[b + 4] then
+      if ks[kb - 8] then
         members('ZREM', key, false, false, 1, c)
         redis.call('ZREMRANGEBYSCORE', key, '-inf', now - grace)
       end
@@ -713,8 +753,8 @@ if op == 2 then
       -- GCRA: the TAT moves on d intervals from max(TAT, now), converted
       -- (S1, S2), at most MaxPeriod ahead of now, in the window's
       -- encoding (S6).
-      local t = st[b + 5]
-      local new = st[b + 2] + d * t
+      local t = cnt[i]
+      local new = lw[i] + d * t
       if new > now + MAXP then
         new = now + MAXP
       end
@@ -723,20 +763,20 @@ if op == 2 then
       -- A log charges through an admission's writes below; it records
       -- at most its largest window's limit of a charge: beyond that
       -- every window of it is full until now + its period anyway.
-      local l = ks[kb + 10]
+      local l = ks[kb - 2]
       if d > l then
         d = l
       end
-      ks[kb + 11], ks[kb + 12] = 0, d
+      ks[kb - 1], ks[kb] = 0, d
     elseif d < 0 and kind ~= NONE then
       -- A refund of -d units, in the algorithm the key is stored in (a
       -- key rewritten under another window since the reservation gives
       -- back what its state still holds), as domain.KeyState.Refund.
-      local v, p = ks[kb + 2], ks[kb + 9]
+      local v, p = ks[kb - 9], ks[kb - 3]
       if kind == GCRA then
         -- The TAT moves back -d of the intervals it was written with,
         -- never before now.
-        local tw = ks[kb + 3]
+        local tw = ks[kb - 6]
         if v > now then
           local new = v + d * tw
           if new < now then
@@ -749,7 +789,7 @@ if op == 2 then
         -- unless they left its longest window (a compact log's units at
         -- one instant are alike; a ZSET log's are the lease's members).
         if kind == COMPACT then
-          local m = ks[kb + 7]
+          local m = ks[kb - 5]
           local hi = above(v, 0, m, leaseAt)
           local x = hi - above(v, 0, hi, leaseAt - 1)
           if x > -d then
@@ -801,13 +841,12 @@ local unit
 if refused then
   -- The x-th oldest unit inside limit i's window (1 <= x <= count).
   unit = function(i, x)
-    local b = 5 * i - 5
-    local k = st[b + 1]
-    local kind = ks[12 * k - 11]
+    local k = arg[4 * i - 3] / 4 -- a log's window: algorithm 0
+    local kind = ks[11 * k - 10]
     if kind == COMPACT then
-      return sunpack('>I7', ks[12 * k - 10], 2 + 7 * (st[b + 2] + x - 1))
+      return sunpack('>I7', ks[11 * k - 9], 2 + 7 * (lw[i] + x - 1))
     elseif kind == ZSET then
-      local z = redis.call('ZRANGEBYSCORE', KEYS[k], '(' .. format('%.0f', st[b + 2]), '+inf', 'WITHSCORES', 'LIMIT', x - 1, 1)
+      local z = redis.call('ZRANGEBYSCORE', KEYS[k], '(' .. format('%.0f', lw[i]), '+inf', 'WITHSCORES', 'LIMIT', x - 1, 1)
       local y = tonumber(z[2])
       return y - y % 1 -- validated integral up to the newest
     end
@@ -819,32 +858,67 @@ if U > 0 then
   o2 = 1 + 2 * n
 end
 for i = 1, op ~= 2 and n or 0 do
-  local b = 5 * i - 5
-  local count, newest = st[b + 3], st[b + 4]
   local j = 4 * i
-  local g, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
+  local x, l, p, c = arg[j - 3], arg[j - 2], arg[j - 1], arg[j]
+  local g, count = x % 4, cnt[i]
   local used = U * c
-  local remaining, retry, reset = 0, 0, 0
-  if g == 1 then
-    local t = st[b + 5]
-    local start, capacity = st[b + 2] + used * t, t * l
+  local total = count + used
+  -- Each branch sets remaining and reset; retry stays nil (0 in the
+  -- reply) unless the window alone would refuse.
+  local remaining, retry, reset
+  if g == 0 then
+    -- reset: p after its key's newest unit (kb = 2.75x), or after now when
+    -- units are used now and none is ahead of now; 0 for no unit.
+    local top = ks[2.75 * x - 8]
+    remaining = l - total
+    if total == 0 then
+      reset = 0
+    elseif top and (top > now or used == 0) then
+      reset = top + p - now
+    else
+      reset = p
+    end
+  elseif g == 1 then
+    local t = cnt[i]
+    local start, capacity = lw[i] + used * t, t * l
     remaining = capacity - (start - now)
     remaining = remaining > 0 and (remaining - remaining % t) / t or 0
     reset = start - now
     if refused and start + c * t - now > capacity then
       retry = start + c * t - capacity - now
     end
-  elseif g == 0 then
-    local total = count + used
-    remaining = l - total
-    if total > 0 then
-      local top = newest or now
-      if used > 0 and top < now then
-        top = now
-      end
-      reset = top + p - now
+  elseif U > 0 then
+    -- A concurrency window of an admitted Reserve: its slots and the
+    -- lease's, held until the latest expiry.
+    local exp, newest = now + X, ks[2.75 * (x - 2) - 8]
+    if not newest or newest < exp then
+      newest = exp
     end
-    if refused and total + c > l then
+    remaining, reset = l - total, newest - now
+  else
+    -- A concurrency window (Peek, or a refused Reserve): newest is the
+    -- latest expiry; a refusal waits for the earliest.
+    remaining, reset = l - count, 0
+    if count > 0 then
+      reset = ks[2.75 * (x - 2) - 8] - now
+    end
+    if count + c > l then
+      local z = redis.call('ZRANGEBYSCORE', KEYS[(x - 2) / 4], '(' .. format('%.0f', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      retry = tonumber(z[2]) - now
+    end
+  end
+  -- Instants out of order can find more units than the limit.
+  if remaining < 0 then
+    remaining = 0
+  end
+  if U > 0 then
+    o1 = o1 + 2
+    reply[o1 - 1] = remaining
+    reply[o1] = reset
+  end
+  if refused then
+    -- A log's retry: the units are read only for a refusal.
+    if g == 0 and total + c > l then
       -- The need-th oldest unit of the window's units and the used ones
       -- at now, which sort after every unit up to now.
       local need = total + c - l
@@ -864,54 +938,24 @@ for i = 1, op ~= 2 and n or 0 do
       end
       retry = first + p - now
     end
-  elseif U > 0 then
-    -- A concurrency window of an admitted Reserve: its slots and the
-    -- lease's, held until the latest expiry.
-    local exp = now + X
-    if not newest or newest < exp then
-      newest = exp
-    end
-    remaining, reset = l - count - used, newest - now
-  else
-    -- A concurrency window (Peek, or a refused Reserve): newest is the
-    -- latest expiry; a refusal waits for the earliest.
-    remaining = l - count
-    if count > 0 then
-      reset = newest - now
-    end
-    if count + c > l then
-      local z = redis.call('ZRANGEBYSCORE', KEYS[st[b + 1]], '(' .. format('%.0f', now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-      retry = tonumber(z[2]) - now
-    end
-  end
-  -- Instants out of order can find more units than the limit.
-  if remaining < 0 then
-    remaining = 0
-  end
-  if U > 0 then
-    reply[o1 + 1], reply[o1 + 2] = remaining, reset
-    o1 = o1 + 2
-  end
-  if refused then
-    reply[o2 + 1], reply[o2 + 2], reply[o2 + 3] = remaining, retry, reset
     o2 = o2 + 3
+    reply[o2 - 2] = remaining
+    reply[o2 - 1] = retry or 0
+    reply[o2] = reset
   end
 end
 -- The writes, once per key, after every read.
-local rec, nows, one
+-- px: the TTL of the last log written, for pxus microseconds.
+local rec, nows, one, pxus, px
 for k = 1, U > 0 and u or 0 do
-  local kb = 12 * k - 12
-  local g, i = ks[kb + 11], ks[kb + 8]
-  local b = 5 * i - 5
-  local key, used = KEYS[k], U * ks[kb + 12]
-  if g == 1 then
-    local t = st[b + 5]
-    settat(key, st[b + 2] + used * t, t)
-  elseif g == 0 then
-    -- A log, kept for its longest window (P, slot 9) and stored as its
-    -- largest limit (slot 10) says.
-    local kind, v, lo, newest = ks[kb + 1], ks[kb + 2], ks[kb + 5], st[b + 4]
-    local l, p = ks[kb + 10], ks[kb + 9]
+  local kb = 11 * k
+  local g = ks[kb - 1]
+  local key, used = KEYS[k], U * ks[kb]
+  if g == 0 then
+    -- A log, kept for its longest window (P, slot 8) and stored as its
+    -- largest limit (slot 9) says.
+    local kind, v, lo, newest = ks[kb - 10], ks[kb - 9], ks[kb - 7], ks[kb - 8]
+    local l, p = ks[kb - 2], ks[kb - 3]
     local top = now
     if newest and newest > now then
       top = newest
@@ -920,20 +964,15 @@ for k = 1, U > 0 and u or 0 do
     if gr > p then
       gr = p
     end
-    local px = ttl(top + p - now + gr)
+    -- The keys of one longest period share their TTL (with no unit
+    -- ahead of now): converted by the first of them.
+    local us = top + p - now + gr
+    if us ~= pxus then
+      pxus, px = us, ttl(us)
+    end
     -- Compact while the log, after this write, holds at most the
     -- compact bound of units, or its largest limit is at or below it; a
     -- ZSET stays a ZSET.
-    -- The units it keeps: a compact log's up to slot 7, a GCRA state's
-    -- count (S3); a ZSET's after its forget bound (slot 6).
-    local m, kept = ks[kb + 7], 0
-    if kind == COMPACT then
-      kept = m - lo
-    elseif kind == GCRA then
-      m = st[b + 3]
-      kept = m
-    end
-    local small = now >= 0 and (l <= compact or (kind ~= ZSET and kept + used <= compact))
     -- Then the write (S5, S6): the used units at now after the units it
     -- keeps (a compact log's from lo to m - 1; m units at now for a GCRA
     -- state, S3; a ZSET's after its forget bound). When small, a compact
@@ -945,20 +984,18 @@ for k = 1, U > 0 and u or 0 do
     -- trimmed a few times a period rather than once a call; a log of
     -- another kind becomes one here, its kept units named nonce:k1 on, the
     -- new ones nonce:1 on. A call writes with one nonce.
-    local bound, done = ks[kb + 6], false
-    if small then
+    local m = ks[kb - 5]
+    local w
+    if now >= 0 and (l <= compact or kind ~= ZSET
+        and (kind == COMPACT and m - lo or kind == GCRA and m or 0) + used <= compact) then
       if not rec then
         rec = pack('>I7', now)
       end
-      local x, w = rec
+      local x = rec
       if used > 1 then
         x = rep(rec, used)
       end
-      if kind == NONE then
-        w = '\1' .. x
-      elseif kind == GCRA then
-        w = '\1' .. rep(rec, m + used)
-      elseif kind == COMPACT then
+      if kind == COMPACT then
         if top == now then
           if lo == 0 then
             w = v .. x
@@ -969,9 +1006,13 @@ for k = 1, U > 0 and u or 0 do
           local y = above(v, lo, m, now)
           w = '\1' .. sub(v, 2 + 7 * lo, 1 + 7 * y) .. x .. sub(v, 2 + 7 * y)
         end
+      elseif kind == NONE then
+        w = '\1' .. x
+      elseif kind == GCRA then
+        w = '\1' .. rep(rec, m + used)
       else
         local parts, placed = {'\1'}, false
-        local z = redis.call('ZRANGEBYSCORE', key, '(' .. format('%.0f', bound), '+inf', 'WITHSCORES')
+        local z = redis.call('ZRANGEBYSCORE', key, '(' .. format('%.0f', ks[kb - 6]), '+inf', 'WITHSCORES')
         for y = 2, #z, 2 do
           local t = tonumber(z[y])
           if t < 0 then
@@ -991,19 +1032,17 @@ for k = 1, U > 0 and u or 0 do
           w = table.concat(parts)
         end
       end
-      if w then
-        redis.call('SET', key, w, 'PX', px)
-        done = true
-      end
     end
-    if not done then
+    if w then
+      redis.call('SET', key, w, 'PX', px)
+    else
       if kind == ZSET then
         local q = (p - p % 8) / 8
         if q < 1 then
           q = 1
         end
         if newest - newest % q ~= now - now % q then
-          redis.call('ZREMRANGEBYSCORE', key, '-inf', bound)
+          redis.call('ZREMRANGEBYSCORE', key, '-inf', ks[kb - 6])
         end
       elseif kind ~= NONE then
         redis.call('DEL', key)
@@ -1027,29 +1066,34 @@ for k = 1, U > 0 and u or 0 do
           one = nonce .. ':1'
         end
         redis.call('ZADD', key, nows, one)
-      end
-      for y = 1, used > 1 and used or 0, 500 do
-        local args = {}
-        for x = y, math.min(y + 499, used) do
-          args[#args + 1] = nows
-          args[#args + 1] = nonce .. ':' .. x
+      else
+        for y = 1, used, 500 do
+          local args = {}
+          for x = y, math.min(y + 499, used) do
+            args[#args + 1] = nows
+            args[#args + 1] = nonce .. ':' .. x
+          end
+          redis.call('ZADD', key, unpack(args))
         end
-        redis.call('ZADD', key, unpack(args))
       end
       redis.call('PEXPIRE', key, px)
     end
+  elseif g == 1 then
+    local i = ks[kb - 4]
+    local t = cnt[i]
+    settat(key, lw[i] + used * t, t)
   elseif g == 2 then
     -- A concurrency window (Reserve): cost slots under the lease until
     -- its expiry, the expired members trimmed, the key kept until its
     -- latest expiry.
-    local exp, top = now + X, st[b + 4]
+    local exp, top = now + X, ks[kb - 8]
     if top then
       redis.call('ZREMRANGEBYSCORE', key, '-inf', now - grace)
     end
     if not top or top < exp then
       top = exp
     end
-    members('ZADD', key, false, exp, 1, ks[kb + 12])
+    members('ZADD', key, false, exp, 1, ks[kb])
     redis.call('PEXPIRE', key, ttl(top - now + grace))
   end
 end
