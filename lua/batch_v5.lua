@@ -1,22 +1,16 @@
 -- sluice batch_v5: lua.BatchV5 is "local function decide(KEYS, ARGV)",
 -- rate_limit_v5.lua, "end", then this file (docs/adr/018-batches.md).
--- ARGV[1] holds two bytes per request, its number of KEYS then of ARGV;
--- KEYS and ARGV[2..] every request's, in order. Reply: per request, in
--- order, its rate_limit_v5 reply or its error. Each request is decided
--- as its own call would be, after the ones before it; one's error or
--- refusal changes nothing for the others.
+-- ARGV[1]: two bytes per request, its number of KEYS then of ARGV; KEYS
+-- and ARGV[2..]: every request's, in order. Reply: per request, in order,
+-- its rate_limit_v5 reply or error, each decided after the ones before.
 local sizes, byte, unpack, pcall = ARGV[1], string.byte, unpack, pcall
-if #sizes < 2 or #sizes % 2 ~= 0 then
-  return redis.error_reply('ERR sluice batch_v5: ARGV[1] must be two bytes per request')
-end
--- Every request's counts are checked before any runs.
 local r, nk, na = #sizes / 2, 0, 1
 for x = 1, r do
   local kn, an = byte(sizes, 2 * x - 1, 2 * x)
   nk, na = nk + kn, na + an
 end
-if nk ~= #KEYS or na ~= #ARGV then
-  return redis.error_reply('ERR sluice batch_v5: ARGV[1] must name every KEYS and ARGV sent, no more')
+if r % 1 ~= 0 or nk ~= #KEYS or na ~= #ARGV then
+  return redis.error_reply('ERR sluice batch_v5: ARGV[1] must give two bytes per request, naming every KEYS and ARGV sent')
 end
 local out = {}
 nk, na = 0, 1

