@@ -14,7 +14,7 @@
 // docs/adr/016-redis-script-v5.md).
 // The same call decides n identical requests at one instant
 // (EvaluateRepeated, ports.Repeater), in O(keys) work whatever n.
-// Requests that arrive while two calls to their node (their slot, on a
+// Requests that arrive while eight calls to their node (their slot, on a
 // cluster) are in flight go together in one call of lua.BatchV5, which
 // runs the same script once per request in arrival order, each decided
 // exactly as its own call would; a lone request goes at once, alone
