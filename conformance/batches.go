@@ -66,9 +66,8 @@ func batchRequests(rng *rand.Rand, r int, key func(string) string) [][]domain.Li
 // reserves, a reservation holds units of both twins' keys before the
 // batch and is settled after it.
 func batchAnswersAsSequentialCalls(e *env) {
-	b, ok := e.store.(ports.Batcher)
-	if !ok {
-		e.t.Logf("the store does not implement ports.Batcher: nothing to check")
+	b := e.batcher()
+	if b == nil {
 		return
 	}
 	for seed := range uint64(8) {
@@ -127,6 +126,16 @@ func batchAnswersAsSequentialCalls(e *env) {
 	}
 }
 
+// batcher returns the store as a ports.Batcher, or nil (logged: a store
+// without the capability has nothing to prove here).
+func (e *env) batcher() ports.Batcher {
+	b, ok := e.store.(ports.Batcher)
+	if !ok {
+		e.t.Logf("the store does not implement ports.Batcher: nothing to check")
+	}
+	return b
+}
+
 // isInvalid reports whether err is a request's own fault.
 func isInvalid(err error) bool {
 	_, ok := isLimitError(err)
@@ -137,9 +146,8 @@ func isInvalid(err error) bool {
 // requests is a *domain.LimitError for each, and consumes nothing; an
 // empty batch answers nothing.
 func batchBeyondMaxBatchDecidesNothing(e *env) {
-	b, ok := e.store.(ports.Batcher)
-	if !ok {
-		e.t.Logf("the store does not implement ports.Batcher: nothing to check")
+	b := e.batcher()
+	if b == nil {
 		return
 	}
 	l := limitOf(e.key("a"), window(domain.SlidingLog, 3, 10*time.Minute), 1)

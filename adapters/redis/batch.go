@@ -18,10 +18,9 @@ import (
 // Requests that arrive while it has that many queue, and when one
 // returns, up to Config.MaxBatch of them go as one call of lua.BatchV5,
 // which decides each in arrival order exactly as its own call would. On a
-// standalone server one
-// batcher serves every request; on a cluster, one per hash slot, since
-// rueidis routes a call by one slot and only Redis knows which slots a
-// node holds at the instant the call lands.
+// standalone server one batcher serves every request; on a cluster, one
+// per hash slot, since rueidis routes a call by one slot and only Redis
+// knows which slots a node holds at the instant the call lands.
 
 // DefaultMaxBatch is Config.MaxBatch's default: the most requests one
 // call decides. 64 requests of the bench's heaviest shape cost Redis
@@ -85,13 +84,19 @@ func (s *Store) send(ctx context.Context, keys, args []string) rueidis.RedisResu
 		// the waiter is left to it and never reused.
 		return rueidis.NewErrorResult(ctx.Err())
 	}
-	resp, alone := w.resp, w.alone
+	resp := s.answer(ctx, w)
 	*w = waiter{done: w.done}
 	waiters.Put(w)
-	if alone {
-		return s.exec(ctx, keys, args)
+	return resp
+}
+
+// answer is what a batch brought w, classified as a call of its own
+// would be; when Redis ran none of the batch, w's own call.
+func (s *Store) answer(ctx context.Context, w *waiter) rueidis.RedisResult {
+	if w.alone {
+		return s.exec(ctx, w.keys, w.args)
 	}
-	return s.classify(ctx, keys, resp)
+	return s.classify(ctx, w.keys, w.resp)
 }
 
 // Batched returns the batch calls the store has sent (calls of two
@@ -266,14 +271,10 @@ func (s *Store) EvaluateBatch(ctx context.Context, now time.Time, reqs [][]domai
 		if w == nil {
 			continue
 		}
-		resp := w.resp
+		var resp rueidis.RedisResult
 		select {
 		case <-w.done:
-			if w.alone {
-				resp = s.exec(cctx, w.keys, w.args)
-			} else {
-				resp = s.classify(cctx, w.keys, resp)
-			}
+			resp = s.answer(cctx, w)
 		default:
 			// Left out of its batch: its deadline passed before it went.
 			resp = rueidis.NewErrorResult(cctx.Err())
@@ -285,10 +286,7 @@ func (s *Store) EvaluateBatch(ctx context.Context, now time.Time, reqs [][]domai
 		if err == nil {
 			var rep domain.Repeated
 			if err = decode(reply, reqs[i], 1, true, &rep); err == nil {
-				res[i] = rep.Refused
-				if rep.Admitted == 1 {
-					res[i] = rep.Last
-				}
+				res[i] = rep.For(0, reqs[i])
 			}
 		}
 		errs[i] = err

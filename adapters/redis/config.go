@@ -198,10 +198,10 @@ type Config struct {
 	MaxRedirections int
 	// MaxBatch bounds the requests one script call decides; 0 means
 	// DefaultMaxBatch, 1 sends every request in a call of its own. A
-	// request bound for a node (a slot, on a cluster) with no call in
-	// flight goes at once, alone; the ones that arrive while a call is in
-	// flight go together when it returns, each decided exactly as its own
-	// call would (docs/adr/018-batches.md).
+	// request bound for a node (a slot, on a cluster) with fewer than
+	// eight calls in flight goes at once, alone; the ones that arrive
+	// while eight are in flight go together when one returns, each decided
+	// exactly as its own call would (docs/adr/018-batches.md).
 	MaxBatch int
 	// ClientName is sent with CLIENT SETNAME, to spot the store's
 	// connections in CLIENT LIST; empty means "sluice".

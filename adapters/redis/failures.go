@@ -98,6 +98,8 @@ func (s *Store) classify(ctx context.Context, keys []string, resp rueidis.RedisR
 	return resp
 }
 
+// sleepWithin waits d unless ctx's deadline comes first (then it returns
+// false at once: a retry that cannot answer in time is not sent).
 func sleepWithin(ctx context.Context, d time.Duration) bool {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
 		return false

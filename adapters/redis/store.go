@@ -319,10 +319,7 @@ func (s *Store) Evaluate(ctx context.Context, now time.Time, limits []domain.Lim
 	if err := s.run(ctx, now, limits, 1, true, &rep); err != nil {
 		return domain.Result{}, err
 	}
-	if rep.Admitted == 1 {
-		return rep.Last, nil
-	}
-	return rep.Refused, nil
+	return rep.For(0, limits), nil
 }
 
 // EvaluateRepeated decides n identical requests at now in one script call,
