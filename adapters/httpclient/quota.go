@@ -20,6 +20,18 @@ type quota struct {
 	scope string
 }
 
+// Quota returns the decision the Transport asks the Limiter for before
+// it sends r: r's windows, widened by the margin, and the check of its
+// scope's hold. The Transport counts on keys of its own (those of
+// Limiter.EvaluateWindows, under the profile's name), not on the route's:
+// pass it to Limiter.PeekWindows to read what r's quota has left, or to
+// Limiter.ResetWindows to forget it. An error is the *domain.ContextError
+// Limiter.Explain refuses r's identities with.
+func (t *Transport) Quota(r *http.Request) (app.WindowsRequest, error) {
+	q, _, err := t.quotaOf(r)
+	return q.req, err
+}
+
 // quotaOf resolves r's quota: the windows Limiter.Explain says the
 // route's profile and plan give r's identities, each widened by the
 // margin (widen), plus the check of the scope's hold (holdCheck), in one

@@ -81,14 +81,13 @@ type Config struct {
 	// Clock tells time for the local hold; it must be the Limiter's. nil
 	// means ports.SystemClock.
 	Clock ports.Clock
-	// Margin is the safety margin between the instants sluice decides
-	// and those the upstream sees (default DefaultMargin; negative means
-	// none). The Transport widens each window of the quota by it (a
+	// Margin bounds how much the delays between the store's decisions
+	// and the upstream's arrivals differ (default DefaultMargin; negative
+	// means none). The Transport widens each window of the quota by it (a
 	// sliding log of 5 per 1 s is counted as 5 per 1.1 s), so that an
 	// upstream counting arrivals never sees more than its quota in any
-	// of its periods while every request reaches it between its decision
-	// and Margin later than the promptest one; and a hold lasts the
-	// Retry-After plus Margin (see the package documentation, "Margin").
+	// of its periods; and a hold lasts the Retry-After plus Margin (see
+	// the package documentation, "Margin").
 	Margin time.Duration
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -39,7 +40,12 @@ const route = "/outbound/partner"
 // route is one sliding-log ip window of limit per period, on clock.
 func newLimiter(t *testing.T, clock *fakeclock.Clock, limit int64, period time.Duration) *app.Limiter {
 	t.Helper()
-	return newReplicas(t, clock, app.WindowConfig{Name: "quota", Limit: limit, Period: period}, newLocal(t))[0]
+	return newReplicas(t, clock, ipWindow(limit, period), newLocal(t))[0]
+}
+
+// ipWindow is a profile's one ip window, limit per period.
+func ipWindow(limit int64, period time.Duration) app.WindowsConfig {
+	return app.WindowsConfig{IP: []app.WindowConfig{{Name: "quota", Limit: limit, Period: period}}}
 }
 
 func newLocal(t *testing.T) *local.Store {
@@ -51,11 +57,11 @@ func newLocal(t *testing.T) *local.Store {
 }
 
 // newReplicas returns one Limiter per primary store, each with its own
-// fallback, whose profile for route is one ip window w, on clock: the
+// fallback, whose profile for route has windows ws, on clock: the
 // replicas of a fleet. Given one store twice, or two clients of one
 // Redis, what one replica learns reaches the others through the store
 // only.
-func newReplicas(t *testing.T, clock *fakeclock.Clock, w app.WindowConfig, primaries ...ports.Store) []*app.Limiter {
+func newReplicas(t *testing.T, clock *fakeclock.Clock, ws app.WindowsConfig, primaries ...ports.Store) []*app.Limiter {
 	t.Helper()
 	lims := make([]*app.Limiter, len(primaries))
 	for i, primary := range primaries {
@@ -63,7 +69,7 @@ func newReplicas(t *testing.T, clock *fakeclock.Clock, w app.WindowConfig, prima
 			HMACSecret: app.Secret(strings.Repeat("5e", 32)),
 			Profiles: []app.ProfileConfig{{
 				Name: "partner", Family: domain.FamilyCostly, Routes: []string{route},
-				Windows: app.WindowsConfig{IP: []app.WindowConfig{w}},
+				Windows: ws,
 			}},
 		}, app.Deps{Store: primary, Fallback: newLocal(t), Clock: clock, Recorder: recordertest.Discard{}})
 		require.NoError(t, err)
@@ -293,7 +299,7 @@ func testUpstreamHold(t *testing.T, stores []ports.Store, tt holdCase) {
 	if w.Name == "" {
 		w = app.WindowConfig{Name: "quota", Limit: 3, Period: 2 * time.Second}
 	}
-	replicas := newReplicas(t, clock, w, stores...)
+	replicas := newReplicas(t, clock, app.WindowsConfig{IP: []app.WindowConfig{w}}, stores...)
 	up := newUpstream(t, clock, func(n int, w http.ResponseWriter) {
 		if n == 1 {
 			if tt.retryAfter != "" {
@@ -473,6 +479,8 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{name: "route required", cfg: httpclient.Config{}, field: "httpclient.route"},
 		{name: "negative hold", cfg: httpclient.Config{Route: route, MaxHold: -1}, field: "httpclient.max_hold"},
+		{name: "hold above the ceiling", cfg: httpclient.Config{Route: route, MaxHold: httpclient.HoldCeiling + time.Second}, field: "httpclient.max_hold"},
+		{name: "hold at the ceiling", cfg: httpclient.Config{Route: route, MaxHold: httpclient.HoldCeiling}},
 		{name: "negative retries", cfg: httpclient.Config{Route: route, Retries: -1}, field: "httpclient.retries"},
 		{name: "bad status", cfg: httpclient.Config{Route: route, HoldStatuses: []int{42}}, field: "httpclient.hold_statuses"},
 		{name: "valid", cfg: httpclient.Config{Route: route}},
@@ -491,4 +499,100 @@ func TestConfigValidate(t *testing.T) {
 	}
 	_, err := httpclient.New(nil, httpclient.Config{Route: route})
 	assert.ErrorIs(t, err, domain.ErrInvalidConfig)
+	lim := newLimiter(t, fakeclock.New(start), 1, time.Second)
+	_, err = httpclient.New(lim, httpclient.Config{Route: "/outbound/unknown"})
+	var ce *domain.ConfigError
+	require.ErrorAs(t, err, &ce, "a route without a profile")
+	assert.Equal(t, "httpclient.route", ce.Field)
+}
+
+// TestQuota: the Transport's windows are the profile's widened by the
+// margin, with the hold's check; Limiter.PeekWindows reads what they
+// have left.
+func TestQuota(t *testing.T) {
+	clock := fakeclock.New(start)
+	lim := newLimiter(t, clock, 5, time.Second)
+	up := newUpstream(t, clock, nil)
+	tr, err := httpclient.New(lim, httpclient.Config{Route: route, Clock: clock})
+	require.NoError(t, err)
+	c := call(context.Background(), &http.Client{Transport: tr}, up.srv.URL, 2)
+	c.await(t)
+	require.Equal(t, []int{http.StatusOK, http.StatusOK}, c.codes)
+
+	req, _ := http.NewRequest(http.MethodGet, up.srv.URL, nil)
+	q, err := tr.Quota(req)
+	require.NoError(t, err)
+	d, err := lim.PeekWindows(context.Background(), q)
+	require.NoError(t, err)
+	ws := d.Windows.All()
+	require.Len(t, ws, 2)
+	assert.Equal(t, domain.Window{Name: "quota", Limit: 5, Period: time.Second + httpclient.DefaultMargin}, ws[0].Window,
+		"5 per 1 s as configured, counted over the period plus the margin")
+	assert.Equal(t, int64(3), ws[0].Remaining)
+	assert.Equal(t, "upstream_hold", ws[1].Window.Name)
+	assert.True(t, ws[1].Allowed, "no hold")
+}
+
+// TestInvalidIdentity: a request whose identity the Limiter refuses (an
+// api key longer than domain.MaxIdentifierLen) is not sent; the error is a
+// *WaitError wrapping domain.ErrInvalidContext, with the Limiter's
+// recorded decision.
+func TestInvalidIdentity(t *testing.T) {
+	clock := fakeclock.New(start)
+	lim := newLimiter(t, clock, 3, time.Second)
+	up := newUpstream(t, clock, nil)
+	c := newClient(t, lim, clock, func(cfg *httpclient.Config) {
+		cfg.Identity = func(*http.Request) httpclient.Identity {
+			return httpclient.Identity{APIKey: strings.Repeat("k", domain.MaxIdentifierLen+1)}
+		}
+	})
+	req, _ := http.NewRequest(http.MethodGet, up.srv.URL, nil)
+	_, err := c.Do(req)
+	var we *httpclient.WaitError
+	require.ErrorAs(t, err, &we)
+	assert.ErrorIs(t, err, domain.ErrInvalidContext)
+	assert.Equal(t, domain.RejectedInvalidContext, we.Decision.State)
+	assert.Empty(t, up.arrivals(), "the request was not sent")
+}
+
+// TestHoldPerIdentity: a hold holds the requests that spend the refused
+// request's quota (its identities), on every replica, and no other:
+// with api-key windows, the upstream's 429 to key a holds key a on both
+// replicas for the Retry-After; key b goes at once on both.
+func TestHoldPerIdentity(t *testing.T) {
+	clock := fakeclock.New(start)
+	s := newLocal(t)
+	ws := app.WindowsConfig{APIKey: []app.WindowConfig{{Name: "quota", Limit: 3, Period: time.Second}}}
+	replicas := newReplicas(t, clock, ws, s, s)
+	up := newUpstream(t, clock, func(n int, w http.ResponseWriter) {
+		if n == 1 {
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	})
+	byKey := func(cfg *httpclient.Config) {
+		cfg.Identity = func(r *http.Request) httpclient.Identity {
+			return httpclient.Identity{APIKey: r.URL.Query().Get("key")}
+		}
+	}
+	a, b := newClient(t, replicas[0], clock, byKey), newClient(t, replicas[1], clock, byKey)
+	first := call(context.Background(), a, up.srv.URL+"?key=a", 1)
+	first.await(t)
+	require.Equal(t, []int{http.StatusTooManyRequests}, first.codes)
+
+	held := []*caller{call(context.Background(), a, up.srv.URL+"?key=a", 1), call(context.Background(), b, up.srv.URL+"?key=a", 1)}
+	free := []*caller{call(context.Background(), a, up.srv.URL+"?key=b", 1), call(context.Background(), b, up.srv.URL+"?key=b", 1)}
+	cs := append(slices.Clone(held), free...)
+	settle(t, clock, cs)
+	for _, c := range free {
+		assert.True(t, c.finished(), "key b is not held")
+	}
+	for _, c := range held {
+		assert.False(t, c.finished(), "key a is held on both replicas")
+	}
+	clock.Advance(2 * time.Second)
+	settle(t, clock, cs)
+	clock.Advance(time.Microsecond)
+	settle(t, clock, cs)
+	assert.Equal(t, map[time.Duration]int{0: 3, 2 * time.Second: 1, 2*time.Second + time.Microsecond: 1}, up.arrivals())
 }
