@@ -3,6 +3,7 @@ package httpclient
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -183,7 +184,7 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		// Decided by the Limiter too, so that the refusal is recorded.
 		d, rerr := t.lim.Evaluate(r.Context(), req)
 		closeBody(r)
-		return nil, &WaitError{Decision: d, Err: cmp.Or(rerr, err)}
+		return nil, &WaitError{Decision: d, Err: errors.Join(err, rerr)}
 	}
 	for attempt := 0; ; attempt++ {
 		if err := t.wait(r.Context(), &q); err != nil {
