@@ -3,12 +3,11 @@ package httpclient
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/netip"
-	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/app"
@@ -16,14 +15,18 @@ import (
 	"github.com/sluicehq/sluice/ports"
 )
 
-// Waiter waits on a shared quota and decides single requests;
-// *app.Limiter is one.
-type Waiter interface {
-	Wait(ctx context.Context, req app.Request) (domain.Decision, error)
+// Decider resolves and decides the Transport's windows; *app.Limiter is
+// one. Explain gives the windows a request's profile and plan count;
+// EvaluateWindows decides them, widened by the margin, with the hold's
+// check, all or nothing; Evaluate records a request whose context
+// Explain refused (it decides nothing else).
+type Decider interface {
+	Explain(req app.Request) (app.Explanation, error)
+	EvaluateWindows(ctx context.Context, req app.WindowsRequest) (domain.Decision, error)
 	Evaluate(ctx context.Context, req app.Request) (domain.Decision, error)
 }
 
-var _ Waiter = (*app.Limiter)(nil)
+var _ Decider = (*app.Limiter)(nil)
 
 // Identity is whose quota an outbound request spends (e.g. the api key
 // the third party issued). Empty fields are absent identities.
@@ -37,16 +40,17 @@ const (
 	DefaultMaxHold = time.Minute
 	// DefaultMargin is the safety margin of Config.Margin.
 	DefaultMargin = 100 * time.Millisecond
-	// drainAttempts bounds the store calls one hold spends draining the
-	// quota while other replicas spend it too.
-	drainAttempts = 4
+	// minRetry is the sleep after a refusal whose retry-after is zero,
+	// as in Limiter.Wait: a floor against a busy loop.
+	minRetry = time.Millisecond
 )
 
 // Config configures a Transport. The zero value of every field but Route
 // is its documented default.
 type Config struct {
 	// Route is the route template whose profile holds the quota (e.g.
-	// "/outbound/partner"). Required; it must have a profile.
+	// "/outbound/partner"), its windows written as the upstream states
+	// its quota (5 per 1 s). Required; it must have a profile.
 	Route string
 	// Identity returns whose quota a request spends. nil means none: only
 	// the profile's ip windows count, under ClientIP.
@@ -61,28 +65,30 @@ type Config struct {
 	// HoldStatuses are the upstream statuses whose Retry-After holds the
 	// quota shut. Empty means 429 and 503.
 	HoldStatuses []int
-	// MaxHold bounds the hold one Retry-After imposes (default
-	// DefaultMaxHold): an upstream cannot stop the fleet for longer.
+	// MaxHold bounds the hold one Retry-After imposes, margin included
+	// (default DefaultMaxHold, at most HoldCeiling): an upstream cannot
+	// stop the fleet for longer.
 	MaxHold time.Duration
 	// Retries is how many times a request the upstream answered with a
-	// hold status and a Retry-After is sent again, once the quota lets it
-	// go, before its answer is returned. 0 (the default) returns every
-	// answer as is. Only a request whose body can be read again (no body,
-	// or Request.GetBody) is retried.
+	// hold status and a Retry-After is sent again, once the hold is over
+	// and the quota lets it go, before its answer is returned. 0 (the
+	// default) returns every answer as is. Only a request that may be
+	// sent twice is retried: an idempotent method (GET, HEAD, OPTIONS,
+	// TRACE, PUT, DELETE; RFC 9110, 9.2.2), or one its caller marks with
+	// an Idempotency-Key or X-Idempotency-Key header, the mark
+	// net/http's Transport honours too; and its body must be readable
+	// again (none, or Request.GetBody).
 	Retries int
 	// Clock tells time for the local hold; it must be the Limiter's. nil
 	// means ports.SystemClock.
 	Clock ports.Clock
-	// Margin is the safety margin between the instants sluice decides
-	// and those the upstream sees (default DefaultMargin; negative means
-	// none): a request reaches the upstream some time after its quota
-	// decision (the store's answer, the connection, the scheduler), and
-	// not always the same time. An upstream hold lasts the Retry-After
-	// plus Margin. Configure the quota's window likewise: the upstream's
-	// period plus Margin (5 per 1.1 s for an upstream that allows 5 per
-	// second), so that an upstream that counts arrivals sees at most its
-	// quota in any of its periods however the arrivals move, up to
-	// Margin (see the package documentation, "Margin").
+	// Margin bounds how much the delays between the store's decisions
+	// and the upstream's arrivals differ (default DefaultMargin; negative
+	// means none). The Transport widens each window of the quota by it (a
+	// sliding log of 5 per 1 s is counted as 5 per 1.1 s), so that an
+	// upstream counting arrivals never sees more than its quota in any
+	// of its periods; and a hold lasts the Retry-After plus Margin (see
+	// the package documentation, "Margin").
 	Margin time.Duration
 }
 
@@ -93,6 +99,8 @@ func (c Config) Validate() error {
 		return &domain.ConfigError{Field: "httpclient.route", Reason: "required"}
 	case c.MaxHold < 0:
 		return &domain.ConfigError{Field: "httpclient.max_hold", Reason: "negative"}
+	case c.MaxHold > HoldCeiling:
+		return &domain.ConfigError{Field: "httpclient.max_hold", Reason: "above " + HoldCeiling.String()}
 	case c.Retries < 0:
 		return &domain.ConfigError{Field: "httpclient.retries", Reason: "negative"}
 	}
@@ -125,18 +133,19 @@ func (e *WaitError) Unwrap() error { return e.Err }
 // Transport is an http.RoundTripper that waits on a shared quota before
 // each request. It is safe for simultaneous use.
 type Transport struct {
-	lim   Waiter
+	lim   Decider
 	cfg   Config
 	clock ports.Clock
-	// holdUntil is the end of the local hold, in microseconds since the
-	// epoch on the clock; 0 when none was set.
-	holdUntil atomic.Int64
+	// margin is Config.Margin, 0 when none.
+	margin time.Duration
+	holds  holds
 }
 
 var _ http.RoundTripper = (*Transport)(nil)
 
-// New returns a Transport that spends lim's quota for cfg.Route.
-func New(lim Waiter, cfg Config) (*Transport, error) {
+// New returns a Transport that spends lim's quota for cfg.Route. A route
+// without a profile is refused.
+func New(lim Decider, cfg Config) (*Transport, error) {
 	if lim == nil {
 		return nil, &domain.ConfigError{Field: "httpclient.limiter", Reason: "required"}
 	}
@@ -146,6 +155,9 @@ func New(lim Waiter, cfg Config) (*Transport, error) {
 	if !cfg.ClientIP.IsValid() {
 		cfg.ClientIP = netip.IPv4Unspecified()
 	}
+	if _, err := lim.Explain(app.Request{Route: cfg.Route, ClientIP: cfg.ClientIP}); err != nil {
+		return nil, &domain.ConfigError{Field: "httpclient.route", Reason: err.Error()}
+	}
 	if cfg.Next == nil {
 		cfg.Next = http.DefaultTransport
 	}
@@ -154,21 +166,28 @@ func New(lim Waiter, cfg Config) (*Transport, error) {
 	}
 	cfg.MaxHold = cmp.Or(cfg.MaxHold, DefaultMaxHold)
 	cfg.Margin = cmp.Or(cfg.Margin, DefaultMargin)
-	t := &Transport{lim: lim, cfg: cfg, clock: cfg.Clock}
+	t := &Transport{lim: lim, cfg: cfg, clock: cfg.Clock, margin: max(cfg.Margin, 0)}
+	t.holds.until = map[string]time.Time{}
 	if t.clock == nil {
 		t.clock = ports.SystemClock{}
 	}
 	return t, nil
 }
 
-// RoundTrip waits until the quota lets r go (the local hold first, then
-// Limiter.Wait with r's context), sends it through Next, and feeds an
-// upstream hold back into the quota. It returns the upstream's response
-// as is, or a *WaitError when r was not sent.
+// RoundTrip waits until the quota lets r go (the hold of r's scope first,
+// then the quota's windows, with r's context), sends it through Next,
+// and holds the scope when the upstream asks for it. It returns the
+// upstream's response as is, or a *WaitError when r was not sent.
 func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
-	req := t.request(r)
+	q, req, err := t.quotaOf(r)
+	if err != nil {
+		// Decided by the Limiter too, so that the refusal is recorded.
+		d, rerr := t.lim.Evaluate(r.Context(), req)
+		closeBody(r)
+		return nil, &WaitError{Decision: d, Err: errors.Join(err, rerr)}
+	}
 	for attempt := 0; ; attempt++ {
-		if err := t.wait(r.Context(), req); err != nil {
+		if err := t.wait(r.Context(), &q); err != nil {
 			closeBody(r)
 			return nil, err
 		}
@@ -176,12 +195,13 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		hold, ok := t.holdOf(resp)
+		received := t.clock.Now()
+		ra, ok := t.retryAfter(resp, received)
 		if !ok {
 			return resp, nil
 		}
-		t.hold(r.Context(), req, hold)
-		if attempt >= t.cfg.Retries || (r.Body != nil && r.Body != http.NoBody && r.GetBody == nil) {
+		t.hold(r.Context(), &q, t.holdFor(ra), received)
+		if attempt >= t.cfg.Retries || !replayable(r) {
 			return resp, nil
 		}
 		next, err := rewind(r)
@@ -194,54 +214,55 @@ func (t *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 }
 
-// request is the Limiter's view of r.
-func (t *Transport) request(r *http.Request) app.Request {
-	req := app.Request{Route: t.cfg.Route, ClientIP: t.cfg.ClientIP, Method: r.Method}
-	if t.cfg.Identity != nil {
-		id := t.cfg.Identity(r)
-		req.User, req.Tenant, req.APIKey = id.User, id.Tenant, id.APIKey
-	}
-	return req
-}
-
-// wait sleeps out the local hold, then waits on the shared quota, until
-// a decision passes with no hold set meanwhile: a request that was inside
-// Limiter.Wait when an upstream hold arrived waits out the hold, then
-// waits on the quota again (the unit it spent is lost: the quota only
-// ever gets stricter), so that nothing of this Transport is sent inside
-// the hold.
-func (t *Transport) wait(ctx context.Context, req app.Request) error {
+// wait sleeps out the scope's hold on this Transport, then decides q
+// until a decision passes, sleeping each refusal's retry-after (the
+// store's hold of the scope is one of q's windows, so every replica's
+// hold is waited out here), and returns nil once one passes with no hold
+// of this Transport set meanwhile: a request that was waiting when a hold
+// arrived waits it out and is decided again (the unit it spent is lost:
+// the quota only ever gets stricter), so that nothing of this Transport
+// is sent inside its hold. Like Limiter.Wait (docs/adr/010), it returns
+// at once when a retry instant is not before ctx's deadline, and waits
+// out DeniedDegraded decisions.
+func (t *Transport) wait(ctx context.Context, q *quota) error {
+	var d domain.Decision
 	for {
-		if d := t.held(); d > 0 {
-			if err := t.sleep(ctx, d); err != nil {
-				return &WaitError{Err: err}
-			}
-		}
-		d, err := t.lim.Wait(ctx, req)
-		if err != nil {
+		if err := ctx.Err(); err != nil {
 			return &WaitError{Decision: d, Err: err}
 		}
-		if t.held() > 0 {
+		if left := t.holds.left(q.scope, t.clock.Now()); left > 0 {
+			if err := t.sleep(ctx, left); err != nil {
+				return &WaitError{Decision: d, Err: err}
+			}
 			continue
 		}
-		return nil
+		var err error
+		d, err = t.lim.EvaluateWindows(ctx, q.req)
+		switch {
+		case err != nil:
+			return &WaitError{Decision: d, Err: err}
+		case !d.Blocks():
+			if t.holds.left(q.scope, t.clock.Now()) > 0 {
+				continue
+			}
+			return nil
+		case d.State == domain.RejectedInvalidContext:
+			return &WaitError{Decision: d, Err: fmt.Errorf("quota of %s: %w", t.cfg.Route, domain.ErrInvalidContext)}
+		}
+		// The store's retry-after, to the microsecond: a hold's end lets
+		// one check pass per microsecond (holdCheck); only a zero one is
+		// floored, as in Limiter.Wait.
+		if err := t.sleep(ctx, cmp.Or(max(d.RetryAfter, 0), minRetry)); err != nil {
+			return &WaitError{Decision: d, Err: err}
+		}
 	}
-}
-
-// held is how long this Transport's hold still lasts (0 or less: none).
-func (t *Transport) held() time.Duration {
-	until := t.holdUntil.Load()
-	if until == 0 {
-		return 0
-	}
-	return time.Duration(until-t.clock.Now().UnixMicro()) * time.Microsecond
 }
 
 // sleep waits d on the clock; like Limiter.Wait, it returns at once when
 // ctx's deadline comes first.
 func (t *Transport) sleep(ctx context.Context, d time.Duration) error {
 	if deadline, ok := ctx.Deadline(); ok && !t.clock.Now().Add(d).Before(deadline) {
-		return fmt.Errorf("upstream hold of %v is past the deadline: %w", d, context.DeadlineExceeded)
+		return fmt.Errorf("retry in %v is past the deadline: %w", d, context.DeadlineExceeded)
 	}
 	tm := t.clock.NewTimer(d)
 	select {
@@ -253,50 +274,22 @@ func (t *Transport) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// holdOf returns the hold an upstream answer asks for: a hold status with
-// a Retry-After (seconds or an HTTP date), bounded by MaxHold.
-func (t *Transport) holdOf(resp *http.Response) (time.Duration, bool) {
-	held := false
-	for _, s := range t.cfg.HoldStatuses {
-		held = held || resp.StatusCode == s
+// replayable reports whether r may be sent again (Config.Retries): an
+// idempotent method (RFC 9110, 9.2.2), or a request marked with an
+// Idempotency-Key or X-Idempotency-Key header (as net/http's Transport
+// reads it: the header present, whatever its value), and a body that can
+// be read again.
+func replayable(r *http.Request) bool {
+	if r.Body != nil && r.Body != http.NoBody && r.GetBody == nil {
+		return false
 	}
-	if !held {
-		return 0, false
+	switch r.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
 	}
-	v := resp.Header.Get("Retry-After")
-	var d time.Duration
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil && secs >= 0 {
-		d = time.Duration(min(secs, int64(t.cfg.MaxHold/time.Second)+1)) * time.Second
-	} else if at, err := http.ParseTime(v); err == nil {
-		d = at.Sub(t.clock.Now())
-	} else {
-		return 0, false
-	}
-	return min(max(d, 0), t.cfg.MaxHold), true
-}
-
-// hold keeps the quota shut after an upstream hold of d: this Transport
-// sends nothing before now + d + Margin, and the quota's remaining units are spent
-// on the shared store, so every replica waits until they leave their
-// windows (see the package documentation).
-func (t *Transport) hold(ctx context.Context, req app.Request, d time.Duration) {
-	until := t.clock.Now().Add(d + max(t.cfg.Margin, 0)).UnixMicro()
-	for {
-		cur := t.holdUntil.Load()
-		if cur >= until || t.holdUntil.CompareAndSwap(cur, until) {
-			break
-		}
-	}
-	ctx = context.WithoutCancel(ctx)
-	cost := int64(1)
-	for range drainAttempts {
-		req.Cost = cost
-		dec, err := t.lim.Evaluate(ctx, req)
-		if err != nil || dec.Degraded || dec.Remaining <= 0 {
-			return
-		}
-		cost = dec.Remaining
-	}
+	_, key := r.Header["Idempotency-Key"]
+	_, xkey := r.Header["X-Idempotency-Key"]
+	return key || xkey
 }
 
 // rewind returns a copy of r whose body reads from the start again.
