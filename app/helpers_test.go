@@ -150,6 +150,12 @@ func (f *faultyStore) Peek(ctx context.Context, now time.Time, limits []domain.L
 	return f.Store.Peek(ctx, now, limits)
 }
 
+// Forget passes the wrapped store's ports.Forgetter through: every store
+// the tests wrap has one.
+func (f *faultyStore) Forget(ctx context.Context, key string) (bool, error) {
+	return f.Store.(ports.Forgetter).Forget(ctx, key)
+}
+
 func (f *faultyStore) Probe(ctx context.Context) error {
 	if f.mode.Load() != healthy {
 		return fmt.Errorf("%w: injected probe failure", domain.ErrStoreUnavailable)

@@ -32,6 +32,7 @@
 //	5  unknown route, profile, domain, or descriptor matching no limit
 //	6  an identity is malformed (an ip that does not parse, an id too long)
 //	7  reset not confirmed
+//	8  reset deleted nothing: no key it names held a count
 package main
 
 import (
@@ -53,6 +54,7 @@ const (
 	exitUnknown      = 5
 	exitBadIdentity  = 6
 	exitNotConfirmed = 7
+	exitNothingReset = 8
 )
 
 // exitCodesHelp documents the exit codes in every --help.
@@ -66,6 +68,8 @@ const exitCodesHelp = `Exit codes:
   5  unknown route, profile, domain, or a descriptor matching no limit
   6  an identity is malformed (an ip that does not parse, an id too long)
   7  reset not confirmed
+  8  reset deleted nothing: no key it names held a count (nothing
+     counted yet, another RATE_LIMIT_HMAC_SECRET, a missing -tenant)
 `
 
 const usage = `sluice: the operator's tool for sluice rate limiting.
