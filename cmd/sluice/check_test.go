@@ -329,7 +329,7 @@ func TestCheckReadsEnvoyRouteConfigurations(t *testing.T) {
 		addr     = "remote_address=<client address>"
 		noLimit  = "reaches no limit"
 		apiLimit = "edge.path_/api/*"
-		ext      = "an extension action: its descriptor entry is the extension's, not checked"
+		ext      = "an action check does not know (an extension, or a newer Envoy's): not checked"
 	)
 	t.Run("alone", func(t *testing.T) {
 		got, warnings := rows(t, routes)

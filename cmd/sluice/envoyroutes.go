@@ -160,7 +160,8 @@ type shapeEntry struct {
 }
 
 // entry is the descriptor entry an action adds; ok is false for an
-// extension, whose key check cannot know.
+// extension (its key is the extension's) or an action this reader does
+// not know.
 func (a envoyAction) entry() (shapeEntry, bool) {
 	dyn := func(key, label string, optional bool) (shapeEntry, bool) {
 		return shapeEntry{ShapeEntry: envoyrls.ShapeEntry{Key: key, Dynamic: true}, label: label, optional: optional}, true
@@ -528,7 +529,7 @@ func reachOf(out *checkOut, rls *envoyrls.Config, r rateLimits) []envoyLimitsOut
 		if !ok {
 			shape = append(shape, shapeEntry{ShapeEntry: envoyrls.ShapeEntry{Key: "?"}, label: "<extension>"})
 			return []envoyLimitsOut{{File: r.file, Line: r.rl.line, Where: r.where, Descriptor: describeShape(shape),
-				Note: "an extension action: its descriptor entry is the extension's, not checked"}}
+				Note: "an action check does not know (an extension, or a newer Envoy's): not checked"}}
 		}
 		shape = append(shape, e)
 	}
