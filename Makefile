@@ -150,10 +150,13 @@ sluice:
 	@echo "installed: $$($(GO) env GOPATH)/bin/sluice (sluice --help)"
 
 ## check-config: `sluice check` on the shipped configurations, as a CI step
-## before a deploy would run it (without the secret: -skip-secret).
+## before a deploy would run it: without RATE_LIMIT_HMAC_SECRET (the file
+## is checked apart, a warning says so), and with Envoy's bootstrap beside
+## sluice-rls's files (each rate_limits descriptor and the limit it reaches).
 check-config:
-	$(GO) run ./cmd/sluice check -skip-secret -config examples/demo/sluice.yaml \
-		-expose-file cmd/sluice/testdata/demo-routes.txt -envoy-config deploy/envoy/config
+	$(GO) run ./cmd/sluice check -config examples/demo/sluice.yaml \
+		-expose-file cmd/sluice/testdata/demo-routes.txt -envoy-config deploy/envoy/config \
+		-envoy-routes deploy/envoy/envoy.yaml
 
 ## lint: gofmt, go vet and staticcheck (pinned), on the module and on
 ## bench/.

@@ -97,57 +97,122 @@ type ResetRequest struct {
 	Actor string
 }
 
+// ResetResult is what Limiter.Reset and Limiter.ResetWindows did.
+type ResetResult struct {
+	// Keys is how many keys the reset names: every window's own key (which
+	// covers the shared logs of docs/adr/015) and the degraded cap of the
+	// identity.
+	Keys int
+	// Deleted is how many of them held counts on the primary store and
+	// were forgotten. 0 means the reset unblocked no one: nothing was
+	// counted under these keys, because nothing was counted yet, or
+	// because they are not the service's (another HMAC secret, a user
+	// reset without the tenant that scopes the user's windows). -1 when
+	// the primary store cannot say (it does not implement
+	// ports.Forgetter).
+	Deleted int
+}
+
 // Reset forgets the counts of an identity: support unblocking a user or
 // an ip. The raw identity goes in; the pseudonymised keys of every window
 // of req.Dimension are reset on the primary store and on the fallback
 // (which holds the degraded counts and the bypass caps), refusals this
-// instance remembers are dropped, and the act is recorded (the Recorder's
-// RecordReset, the security-audit channel). It returns how many keys were
-// reset: every window's own key, which covers the shared logs of
-// docs/adr/015 (each is the key of one of its windows).
+// instance remembers are dropped, and the act is recorded on the
+// security-audit channel (the Recorder's RecordReset) twice: before any
+// key is deleted, and with the outcome (ports.ResetRecord). When the first
+// record cannot be written, nothing is deleted and the error is returned.
+//
+// An ip reset forgets the ip's windows in every tenant, whatever identity
+// it names beside the ip (an ip's windows count per ip whoever sends,
+// docs/adr/013); an IPv6 address stands for its /64, as it counts.
 //
 // A request naming no identity for its dimension, or an unknown profile,
-// is refused with a *domain.ContextError before anything is reset. A
-// primary store that cannot answer makes Reset fail (wrapping
-// domain.ErrStoreUnavailable or domain.ErrStoreTimeout); the failure is
-// recorded too.
-func (l *Limiter) Reset(ctx context.Context, req ResetRequest) (int, error) {
+// is refused with a *domain.ContextError before anything is reset or
+// recorded. A primary store that cannot answer makes Reset fail
+// (wrapping domain.ErrStoreUnavailable or domain.ErrStoreTimeout); the
+// failure is recorded too.
+func (l *Limiter) Reset(ctx context.Context, req ResetRequest) (ResetResult, error) {
 	keys, id, err := l.resetKeys(req)
 	if err != nil {
-		return 0, err
+		return ResetResult{}, err
 	}
-	rec := ports.ResetRecord{Dimension: req.Dimension, SubjectID: id.of(req.Dimension), TenantID: id.tenant, Actor: req.Actor, Keys: len(keys)}
+	rec := ports.ResetRecord{Dimension: req.Dimension, SubjectID: id.of(req.Dimension), TenantID: id.tenant, Actor: req.Actor}
 	if req.ClientIP.IsValid() {
 		rec.ClientIP = req.ClientIP
 	}
-	rec.Err = l.resetAll(ctx, keys)
+	if req.Dimension == domain.DimensionIP {
+		rec.TenantID = ""
+		rec.ClientPrefix = clientPrefix(req.ClientIP)
+	}
+	return l.resetAudited(ctx, keys, rec)
+}
+
+// clientPrefix is the addresses a's windows count: its /64 for IPv6
+// (domain.NormaliseIP), the address alone for IPv4.
+func clientPrefix(a netip.Addr) netip.Prefix {
+	a = a.Unmap().WithZone("")
+	bits := a.BitLen()
+	if a.Is6() {
+		bits = domain.IPv6GroupBits
+	}
+	p, _ := a.Prefix(bits)
+	return p
+}
+
+// resetAudited resets keys between the reset's two audit records: the
+// first one before anything is deleted (an error there stops the reset),
+// the second one with the outcome.
+func (l *Limiter) resetAudited(ctx context.Context, keys []string, rec ports.ResetRecord) (ResetResult, error) {
+	res := ResetResult{Keys: len(keys), Deleted: -1}
+	rec.Keys, rec.Deleted = len(keys), -1
+	if err := l.rec.RecordReset(ctx, rec); err != nil {
+		return res, fmt.Errorf("reset not done: its audit record could not be written: %w", err)
+	}
+	res.Deleted, rec.Err = l.resetAll(ctx, keys)
 	// After the store's reset, so that a refusal whose call began before
 	// it is never repeated (docs/adr/005).
 	l.refusals.reset()
-	return len(keys), errors.Join(rec.Err, l.rec.RecordReset(ctx, rec))
+	rec.Done, rec.Deleted = true, res.Deleted
+	return res, errors.Join(rec.Err, l.rec.RecordReset(ctx, rec))
 }
 
 // resetAll resets keys on the primary store, under the store deadline
-// for each, and on the fallback.
-func (l *Limiter) resetAll(ctx context.Context, keys []string) error {
+// for each, and on the fallback. It returns how many keys the primary
+// store held (ports.Forgetter), -1 when it cannot say.
+func (l *Limiter) resetAll(ctx context.Context, keys []string) (int, error) {
 	if l.BreakerOpen() {
-		return errBreakerOpen
+		return 0, errBreakerOpen
+	}
+	forgetter, counts := l.store.(ports.Forgetter)
+	deleted := 0
+	if !counts {
+		deleted = -1
 	}
 	var errs []error
 	for _, k := range keys {
 		sctx, cancel := context.WithTimeout(ctx, l.cfg.StoreTimeout)
 		start := l.clock.Now()
-		err := classify(l.store.Reset(sctx, k))
+		var err error
+		if counts {
+			var held bool
+			held, err = forgetter.Forget(sctx, k)
+			if held {
+				deleted++
+			}
+		} else {
+			err = l.store.Reset(sctx, k)
+		}
+		err = classify(err)
 		cancel()
 		l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: ports.OpReset, Start: start, Latency: l.clock.Now().Sub(start), Keys: 1, Err: err})
 		if err != nil {
-			return err // the store is out: the rest would fail alike
+			return deleted, err // the store is out: the rest would fail alike
 		}
 		if err := l.fallback.Reset(ctx, k); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return deleted, errors.Join(errs...)
 }
 
 // resetKeys lists the keys a reset forgets.
@@ -158,6 +223,12 @@ func (l *Limiter) resetKeys(req ResetRequest) ([]string, identity, error) {
 	}
 	if !req.ClientIP.IsValid() {
 		id.ip = ""
+	}
+	if req.Dimension == domain.DimensionIP {
+		// An ip's windows are the ip's alone (docs/adr/013): no other
+		// identity scopes them, and the degraded cap forgotten is the
+		// ip's own.
+		id = identity{ip: id.ip}
 	}
 	dims := []domain.Dimension{req.Dimension}
 	switch req.Dimension {

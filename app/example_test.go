@@ -159,12 +159,12 @@ func ExampleLimiter_Peek() {
 	}
 	d, _ := l.Peek(ctx, req)
 	fmt.Println("quota:", d.State, d.Remaining, "retry in", d.RetryAfter)
-	n, err := l.Reset(ctx, app.ResetRequest{Dimension: domain.DimensionUser, User: "Carol@Example.org", Actor: "support-7"})
-	fmt.Println("reset keys:", n, err)
+	res, err := l.Reset(ctx, app.ResetRequest{Dimension: domain.DimensionUser, User: "Carol@Example.org", Actor: "support-7"})
+	fmt.Println("reset:", res.Deleted, "of", res.Keys, "keys deleted,", err)
 	d, _ = l.Peek(ctx, req)
 	fmt.Println("quota:", d.State, d.Remaining)
 	// Output:
 	// quota: THROTTLED 0 retry in 24h0m0s
-	// reset keys: 2 <nil>
+	// reset: 1 of 2 keys deleted, <nil>
 	// quota: ALLOWED 2
 }

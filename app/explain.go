@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"errors"
 
 	"github.com/sluicehq/sluice/domain"
 	"github.com/sluicehq/sluice/ports"
@@ -110,24 +109,22 @@ func (l *Limiter) PeekWindows(ctx context.Context, req WindowsRequest) (domain.D
 // identity: every window's key and the degraded cap of the request's
 // scope are reset on the primary store and on the fallback, the refusals
 // this instance remembers are dropped, and the act is recorded on the
-// security-audit channel (the Recorder's RecordReset, dimension
-// descriptor, the scope's pseudonym as subject) with actor. It returns
-// how many keys were reset. A request the store could never admit is
-// refused with its *domain.ContextError before anything is reset.
-func (l *Limiter) ResetWindows(ctx context.Context, req WindowsRequest, actor string) (int, error) {
+// security-audit channel before and after (the Recorder's RecordReset,
+// dimension descriptor, the scope's pseudonym as subject) with actor. It
+// returns what it did (ResetResult). A request the store could never
+// admit is refused with its *domain.ContextError before anything is
+// reset.
+func (l *Limiter) ResetWindows(ctx context.Context, req WindowsRequest, actor string) (ResetResult, error) {
 	ev := getEvaluation()
 	defer putEvaluation(ev)
 	l.begin(ev)
 	if err := l.prepareWindows(ev, &req); err != nil {
-		return 0, err
+		return ResetResult{}, err
 	}
 	keys := make([]string, 0, ev.n+1)
 	for _, lim := range ev.limits[:ev.n] {
 		keys = append(keys, lim.Key)
 	}
 	keys = append(keys, domain.KeyParts{Tag: ev.capID, Dimension: ev.capDim, ID: ev.capID, RouteKey: ev.routeKey, Window: capWindowName}.Key())
-	rec := ports.ResetRecord{Dimension: domain.DimensionDescriptor, SubjectID: ev.capID, Actor: actor, Keys: len(keys), ClientIP: req.ClientIP}
-	rec.Err = l.resetAll(ctx, keys)
-	l.refusals.reset()
-	return len(keys), errors.Join(rec.Err, l.rec.RecordReset(ctx, rec))
+	return l.resetAudited(ctx, keys, ports.ResetRecord{Dimension: domain.DimensionDescriptor, SubjectID: ev.capID, Actor: actor, ClientIP: req.ClientIP})
 }

@@ -83,14 +83,17 @@ func TestPeekAndResetWindows(t *testing.T) {
 	require.Len(t, x.Windows, 2)
 	assertNoRawIdentifier(t, []string{x.Windows[0].Key, x.Windows[1].Key})
 
-	n, err := r.l.ResetWindows(ctx, wr, "support-7")
+	res, err := r.l.ResetWindows(ctx, wr, "support-7")
 	require.NoError(t, err)
-	assert.Equal(t, 3, n, "two windows and the scope's degraded cap")
+	assert.Equal(t, app.ResetResult{Keys: 3, Deleted: 2}, res, "two windows and the scope's degraded cap, which counted nothing")
 	resets := r.rec.Resets()
-	require.Len(t, resets, 1)
-	assert.Equal(t, "support-7", resets[0].Actor)
-	assert.Equal(t, domain.DimensionDescriptor, resets[0].Dimension)
-	assert.NotContains(t, resets[0].SubjectID, "acme")
+	require.Len(t, resets, 2, "before and after")
+	for _, rec := range resets {
+		assert.Equal(t, "support-7", rec.Actor)
+		assert.Equal(t, domain.DimensionDescriptor, rec.Dimension)
+		assert.NotContains(t, rec.SubjectID, "acme")
+	}
+	assert.Equal(t, 2, resets[1].Deleted)
 	d, err := r.l.PeekWindows(ctx, wr)
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), d.Windows.All()[0].Remaining, "forgotten")
@@ -100,7 +103,7 @@ func TestPeekAndResetWindows(t *testing.T) {
 	assert.ErrorAs(t, err, &ce)
 	_, err = r.l.ResetWindows(ctx, app.WindowsRequest{RouteKey: "edge"}, "support-7")
 	assert.ErrorAs(t, err, &ce, "no window: nothing reset")
-	assert.Len(t, r.rec.Resets(), 1)
+	assert.Len(t, r.rec.Resets(), 2, "nor recorded")
 
 	// A store that cannot answer: the peek fails, it never guesses.
 	r.store.mode.Store(unavailable)

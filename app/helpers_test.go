@@ -157,31 +157,45 @@ func (f *faultyStore) Probe(ctx context.Context) error {
 	return nil
 }
 
-// faultyReserver and faultyPartitioned pass a wrapped store's
-// reservations and partitions through (not its faults: those the tests
-// inject on Evaluate and Peek).
+// faultyForgetter, faultyReserver and faultyPartitioned pass a wrapped
+// store's resets that report, reservations and partitions through (not
+// its faults: those the tests inject on Evaluate and Peek). Every store
+// the tests wrap that reserves also reports its resets.
+type faultyForgetter struct {
+	*faultyStore
+	ports.Forgetter
+}
+
 type faultyReserver struct {
 	*faultyStore
 	ports.Reserver
+	ports.Forgetter
 }
 
 type faultyPartitioned struct {
 	*faultyStore
 	ports.Reserver
 	ports.Partitioned
+	ports.Forgetter
 }
 
 // withCapabilities is f with the optional capabilities of the store it
 // wraps: the Limiter finds them by type assertion.
 func (f *faultyStore) withCapabilities() ports.Store {
-	rs, ok := f.Store.(ports.Reserver)
-	if !ok {
+	fg, forgets := f.Store.(ports.Forgetter)
+	rs, reserves := f.Store.(ports.Reserver)
+	switch {
+	case reserves && !forgets:
+		panic("a test store that reserves must report its resets (ports.Forgetter)")
+	case !reserves && forgets:
+		return faultyForgetter{f, fg}
+	case !reserves:
 		return f
 	}
 	if p, ok := f.Store.(ports.Partitioned); ok {
-		return faultyPartitioned{f, rs, p}
+		return faultyPartitioned{f, rs, p, fg}
 	}
-	return faultyReserver{f, rs}
+	return faultyReserver{f, rs, fg}
 }
 
 func (f *faultyStore) seen() []string {

@@ -331,10 +331,11 @@ func TestResetForgetsTheSharedLog(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, domain.Allowed, d.State)
 	}
-	n, err := l.Reset(context.Background(), app.ResetRequest{Dimension: domain.DimensionIP, ClientIP: rawIP, Profiles: []string{"pair"}})
+	res, err := l.Reset(context.Background(), app.ResetRequest{Dimension: domain.DimensionIP, ClientIP: rawIP, Profiles: []string{"pair"}})
 	require.NoError(t, err)
-	// burst, sustained (the shared log) and the bypass cap.
-	assert.Equal(t, 3, n)
+	// burst, sustained (the shared log) and the bypass cap; only the
+	// shared log counted anything.
+	assert.Equal(t, app.ResetResult{Keys: 3, Deleted: 1}, res)
 	d, err := l.Peek(context.Background(), req)
 	require.NoError(t, err)
 	assert.Equal(t, int64(5), d.Remaining, "a window kept units after the reset")

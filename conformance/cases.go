@@ -32,6 +32,7 @@ func cases() []testCase {
 		{name: "PeekConsumesNothing", run: peekConsumesNothing},
 		{name: "ResetForgetsOnlyThatKey", run: resetForgetsOnlyThatKey},
 		{name: "ResetOfUnknownKeyIsNoError", run: resetOfUnknownKeyIsNoError},
+		{name: "ForgetReportsWhatTheKeyHeld", run: forgetReportsWhatTheKeyHeld},
 		{name: "CancelledContextIsAnErrorAndConsumesNothing", run: cancelledContextIsAnErrorAndConsumesNothing},
 		{name: "ExpiredDeadlineIsAnError", run: expiredDeadlineIsAnError},
 		{name: "InvalidRequestIsRejectedAndConsumesNothing", run: invalidRequestIsRejectedAndConsumesNothing},

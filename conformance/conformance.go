@@ -33,7 +33,9 @@
 // goroutines, crashed holders); one that does not is reported in the test
 // log. A store that implements ports.Batcher must decide a batch, in
 // order, exactly as the same requests sent one by one, each request's
-// fault its own (docs/adr/018). Sliding-log windows that share a key (docs/adr/015) must record
+// fault its own (docs/adr/018). A store that implements ports.Forgetter
+// must say whether a key held state (a counted key, not one never
+// written, peeked or already reset). Sliding-log windows that share a key (docs/adr/015) must record
 // each request once, count each window in its own period, keep units for
 // the longest period, settle once, and answer, step by step on seeded
 // random timelines, exactly as the same windows on keys of their own.

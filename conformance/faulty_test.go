@@ -65,6 +65,9 @@ const (
 	// resetByPrefix clears every key that starts with the one given, like
 	// a careless SCAN MATCH key*.
 	resetByPrefix
+	// forgetReportsTried reports from Forget that every key it was given
+	// existed, as a reset that counts the keys it tried.
+	forgetReportsTried
 	// openAfterClose keeps working after Close.
 	openAfterClose
 	// staleRemaining reports, on an allowed Evaluate, the remaining count
@@ -114,6 +117,7 @@ var faultNames = map[fault]string{
 	lenientValidation:       "LenientValidation",
 	resetForgetsEverything:  "ResetForgetsEverything",
 	resetByPrefix:           "ResetByPrefix",
+	forgetReportsTried:      "ForgetReportsTried",
 	openAfterClose:          "OpenAfterClose",
 	staleRemaining:          "StaleRemaining",
 	forgetsOtherAlgorithm:   "ForgetsOtherAlgorithm",
@@ -148,9 +152,10 @@ func newFaultyStore(f fault) *faultyStore {
 }
 
 var (
-	_ ports.Store    = (*faultyStore)(nil)
-	_ ports.Repeater = (*faultyStore)(nil)
-	_ ports.Batcher  = (*faultyStore)(nil)
+	_ ports.Store     = (*faultyStore)(nil)
+	_ ports.Repeater  = (*faultyStore)(nil)
+	_ ports.Batcher   = (*faultyStore)(nil)
+	_ ports.Forgetter = (*faultyStore)(nil)
 )
 
 // EvaluateBatch decides the requests one after another, the obvious way,
@@ -507,14 +512,21 @@ func (s *faultyStore) commit(at int64, l domain.Limit) domain.LimitStatus {
 }
 
 func (s *faultyStore) Reset(ctx context.Context, key string) error {
+	_, err := s.Forget(ctx, key)
+	return err
+}
+
+func (s *faultyStore) Forget(ctx context.Context, key string) (bool, error) {
 	if err := ctx.Err(); err != nil && s.fault != ignoresContext {
-		return err
+		return false, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed && s.fault != openAfterClose {
-		return domain.ErrStoreClosed
+		return false, domain.ErrStoreClosed
 	}
+	_, gcra := s.tats[key]
+	existed := len(s.logs[key]) > 0 || gcra || s.fault == forgetReportsTried
 	for k := range s.seen {
 		if k == key || s.fault == resetForgetsEverything || s.fault == resetByPrefix && strings.HasPrefix(k, key) {
 			delete(s.logs, k)
@@ -522,7 +534,7 @@ func (s *faultyStore) Reset(ctx context.Context, key string) error {
 			delete(s.ivals, k)
 		}
 	}
-	return nil
+	return existed, nil
 }
 
 func (s *faultyStore) Close() error {
@@ -609,6 +621,7 @@ func TestSuiteFailsFaultyStores(t *testing.T) {
 		lenientValidation:       {"InvalidRequestIsRejectedAndConsumesNothing"},
 		resetForgetsEverything:  {"ResetForgetsOnlyThatKey"},
 		resetByPrefix:           {"ResetForgetsOnlyThatKey"},
+		forgetReportsTried:      {"ForgetReportsWhatTheKeyHeld"},
 		openAfterClose:          {"ClosedStoreReturnsErrStoreClosed"},
 		staleRemaining:          {"SlidingLogAdmitsExactlyLimit", "GCRAAdmitsExactlyLimitAsBurst", "ConcurrentRequestsOnOneKeyAdmitExactlyLimit"},
 		forgetsOtherAlgorithm:   {"AlgorithmChangeKeepsConsumedUnits", "WindowChangeAtOneInstantAdmitsExactlyWhatIsLeft", "AlgorithmChangeMidWindowKeepsOutstandingUnits"},

@@ -39,6 +39,10 @@ func (s ownClock) Peek(ctx context.Context, _ time.Time, limits []domain.Limit) 
 	return s.Store.Peek(ctx, time.Now(), limits)
 }
 
+func (s ownClock) Forget(ctx context.Context, key string) (bool, error) {
+	return s.Store.(ports.Forgetter).Forget(ctx, key)
+}
+
 func (s ownClock) Reserve(ctx context.Context, _ time.Time, limits []domain.Limit, ttl time.Duration) (domain.Result, domain.Lease, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -85,6 +89,13 @@ func (s *instance) Reset(ctx context.Context, key string) error {
 		return domain.ErrStoreClosed
 	}
 	return s.state.Reset(ctx, key)
+}
+
+func (s *instance) Forget(ctx context.Context, key string) (bool, error) {
+	if s.closed.Load() {
+		return false, domain.ErrStoreClosed
+	}
+	return s.state.(ports.Forgetter).Forget(ctx, key)
 }
 
 func (s *instance) Reserve(ctx context.Context, now time.Time, limits []domain.Limit, ttl time.Duration) (domain.Result, domain.Lease, error) {

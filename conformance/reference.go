@@ -19,8 +19,9 @@ const ReferenceGrace = time.Minute
 // NewReferenceStore returns a store that is correct by construction: one
 // mutex around a map of the domain's counting states (domain.KeyState,
 // which applies the state rules of docs/adr/009), so every request is
-// checked and committed as one step. It implements ports.Repeater and
-// ports.Reserver (reservations and concurrency windows, docs/adr/012). It
+// checked and committed as one step. It implements ports.Repeater,
+// ports.Reserver (reservations and concurrency windows, docs/adr/012),
+// ports.Batcher and ports.Forgetter. It
 // is what fstest.MapFS is to
 // fstest.TestFS: the suite's proof that its expectations can be met, and a
 // yardstick for other stores' answers and benchmarks.
@@ -52,10 +53,11 @@ type referenceStore struct {
 }
 
 var (
-	_ ports.Store    = (*referenceStore)(nil)
-	_ ports.Repeater = (*referenceStore)(nil)
-	_ ports.Reserver = (*referenceStore)(nil)
-	_ ports.Batcher  = (*referenceStore)(nil)
+	_ ports.Store     = (*referenceStore)(nil)
+	_ ports.Repeater  = (*referenceStore)(nil)
+	_ ports.Reserver  = (*referenceStore)(nil)
+	_ ports.Batcher   = (*referenceStore)(nil)
+	_ ports.Forgetter = (*referenceStore)(nil)
 )
 
 // EvaluateBatch implements ports.Batcher: one Evaluate after another.
@@ -231,17 +233,26 @@ func (s *referenceStore) EvaluateRepeated(ctx context.Context, now time.Time, li
 
 // Reset implements ports.Store.
 func (s *referenceStore) Reset(ctx context.Context, key string) error {
+	_, err := s.Forget(ctx, key)
+	return err
+}
+
+// Forget implements ports.Forgetter: a key holds state from its first
+// write to its reset.
+func (s *referenceStore) Forget(ctx context.Context, key string) (bool, error) {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("conformance: reference store: %w", err)
+		return false, fmt.Errorf("conformance: reference store: %w", err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return domain.ErrStoreClosed
+		return false, domain.ErrStoreClosed
 	}
+	_, counted := s.keys[key]
+	held := len(s.slots[key]) > 0
 	delete(s.keys, key)
 	delete(s.slots, key)
-	return nil
+	return counted || held, nil
 }
 
 // Close implements ports.Store. It is idempotent.

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/ports"
 )
 
 // Requests: costs, keys, several limits all or nothing, what a decision
@@ -360,4 +361,48 @@ func resetOfUnknownKeyIsNoError(e *env) {
 	e.reset("reset a", l.Key)
 	e.reset("reset a again", l.Key)
 	e.checkStatus("peek a", e.peek("peek a", e.t0, l).Status(0), status{allowed: true, remaining: 2})
+}
+
+// forgetReportsWhatTheKeyHeld: a ports.Forgetter says whether the key
+// held state, so that a reset can report what it deleted: true for a key
+// that counts units, of either algorithm; false for a key never written,
+// only peeked, already forgotten or reset. It forgets as Reset does, that
+// key only. A store without it is not failed for it.
+func forgetReportsWhatTheKeyHeld(e *env) {
+	f, ok := e.store.(ports.Forgetter)
+	if !ok {
+		e.t.Logf("the store does not implement ports.Forgetter: nothing to check")
+		return
+	}
+	forget := func(label, key string, want bool) {
+		e.t.Helper()
+		got, err := f.Forget(e.ctx, key)
+		if err != nil {
+			e.t.Fatalf("%s: Forget(%q): unexpected error: %v", label, key, err)
+		}
+		if got != want {
+			e.t.Errorf("%s: Forget(%q) reports %v, want %v", label, key, got, want)
+		}
+	}
+	m := time.Minute
+	sl := window(domain.SlidingLog, 3, 10*m)
+	a, ab := limitOf(e.key("a"), sl, 1), limitOf(e.key("ab"), sl, 1)
+	g := limitOf(e.key("g"), window(domain.GCRA, 3, 9*m), 1)
+	forget("a key never written", e.key("never-used"), false)
+	e.peek("peeking a before any write", e.t0, a)
+	forget("a key only peeked", a.Key, false)
+	for _, l := range []domain.Limit{a, ab, g} {
+		e.consume("filling "+l.Key, e.t0, l, 2)
+	}
+	forget("a sliding log counting 2 units", a.Key, true)
+	e.checkStatus("peek a after Forget", e.peek("peek a", e.t0, a).Status(0), status{allowed: true, remaining: 3})
+	forget("a forgotten twice", a.Key, false)
+	forget("a GCRA key counting 2 units", g.Key, true)
+	e.checkStatus("peek g after Forget", e.peek("peek g", e.t0, g).Status(0), status{allowed: true, remaining: 3})
+	e.consume("refilling a", e.t0, a, 1)
+	e.reset("reset a", a.Key)
+	forget("a after its Reset", a.Key, false)
+	// The key alone: ab, which a prefix would match, still counts.
+	e.checkStatus("peek ab (not forgotten)", e.peek("peek ab", e.t0, ab).Status(0), status{allowed: true, remaining: 1, resetAfter: 10 * m})
+	forget("ab, forgotten at last", ab.Key, true)
 }

@@ -131,6 +131,22 @@ type Reserver interface {
 	Renew(ctx context.Context, now time.Time, lease domain.Lease, limits []domain.Limit, ttl time.Duration) (domain.Lease, error)
 }
 
+// Forgetter is an optional capability of a Store, found by type
+// assertion: a reset that says whether there was anything to forget. The
+// Limiter reports with it how many keys a reset deleted (app.ResetResult),
+// so that a reset that matched nothing (keys built under another HMAC
+// secret, a user reset without the tenant that scopes the user's windows)
+// is told apart from one that unblocked someone.
+type Forgetter interface {
+	// Forget does what Reset does and reports whether key held state:
+	// units counted or slots held, which it forgot. A key never written,
+	// or already reset, reports false. A store may keep a key some time
+	// after its units left their windows (Redis until the key's TTL, the
+	// local store until its sweeper passes) and report true for it. The
+	// contract of Reset applies (an empty key, context, Close).
+	Forget(ctx context.Context, key string) (existed bool, err error)
+}
+
 // Partitioned is an optional capability of a Store whose atomic calls
 // each reach one partition: a Redis Cluster serves one call from one hash
 // slot. A store that does not implement it takes any keys in one call.
@@ -282,21 +298,40 @@ type StoreCall struct {
 
 // ResetRecord is what the Recorder learns of one administrative reset
 // (Limiter.Reset): an act of support staff, for the security-audit channel.
+// Each reset is recorded twice: before any key is deleted (Done false: who
+// asked, whose windows, how many keys), and after, with the outcome (Done
+// true: Deleted, Err). A reset whose first record cannot be written
+// deletes nothing, so that no reset goes unaudited, even one whose process
+// dies half way (the first record without a second one says so).
 type ResetRecord struct {
-	// Dimension is the dimension whose windows were reset.
+	// Done is false in the record written before the reset, true in the
+	// one written after it.
+	Done bool
+	// Dimension is the dimension whose windows are reset.
 	Dimension domain.Dimension
 	// SubjectID is the pseudonym of the identity reset; TenantID the
-	// tenant's pseudonym when the reset was scoped to a tenant.
+	// tenant's pseudonym when the reset is scoped to a tenant (never for
+	// an ip, whose windows count per ip in every tenant, docs/adr/013).
 	SubjectID string
 	TenantID  string
-	// ClientIP is the raw address when an ip was reset (or scoped the
-	// reset): the security-audit channel may write it for a reset.
+	// ClientIP is the raw address when an ip is reset (or was given with
+	// the identity reset): the security-audit channel may write it for a
+	// reset.
 	ClientIP netip.Addr
+	// ClientPrefix is, for a reset of the ip dimension, the addresses
+	// whose windows it resets: ClientIP's /64 for an IPv6 address (the
+	// addresses one client counts as, domain.IPv6GroupBits), the address
+	// alone for IPv4. The zero Prefix for any other reset.
+	ClientPrefix netip.Prefix
 	// Actor says who asked for the reset, as the caller supplied it.
 	Actor string
-	// Keys is how many store keys were reset.
+	// Keys is how many store keys the reset names.
 	Keys int
-	// Err is the failure, if the reset did not complete.
+	// Deleted, with Done, is how many of them held state on the primary
+	// store and were forgotten; -1 when the store cannot say (it is not a
+	// Forgetter), and before the reset.
+	Deleted int
+	// Err, with Done, is the failure, if the reset did not complete.
 	Err error
 }
 
@@ -311,6 +346,9 @@ type Recorder interface {
 	RecordTransition(ctx context.Context, change domain.StateChange, at time.Time) error
 	// RecordStoreCall observes one call of the primary store.
 	RecordStoreCall(ctx context.Context, call StoreCall)
+	// RecordReset observes each of a reset's two records (ResetRecord):
+	// an error from the first one stops the reset before it deletes
+	// anything.
 	RecordReset(ctx context.Context, rec ResetRecord) error
 }
 

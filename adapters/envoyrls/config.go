@@ -219,7 +219,10 @@ type domainRules struct {
 // order they were declared, then the key alone (any value), as
 // envoyproxy/ratelimit does.
 type node struct {
-	exact     map[string]*node
+	exact map[string]*node
+	// values lists each key's exact values in declared order: what a
+	// descriptor entry whose value is not known matches (Config.Reach).
+	values    map[string][]string
 	wildcards []wildcardNode
 	any       map[string]*node
 	rule      *rule
@@ -240,7 +243,7 @@ type wildcardNode struct {
 }
 
 func newNode() *node {
-	return &node{exact: map[string]*node{}, any: map[string]*node{}, seen: map[string]bool{}}
+	return &node{exact: map[string]*node{}, values: map[string][]string{}, any: map[string]*node{}, seen: map[string]bool{}}
 }
 
 // rate is requests per period, with the unit Envoy is told.
@@ -549,6 +552,7 @@ func (l level) compile(n *node, ds []DescriptorConfig) error {
 			n.wildcards = append(n.wildcards, wildcardNode{key: dc.Key, parts: strings.Split(dc.Value, "*"), next: next})
 		default:
 			n.exact[final] = next
+			n.values[dc.Key] = append(n.values[dc.Key], dc.Value)
 		}
 	}
 	return nil
@@ -688,31 +692,35 @@ func (d *domainRules) match(keys, values []string) matched {
 	var m matched
 	n := d.root
 	for i, k := range keys {
-		next := n.exact[k+"_"+values[i]]
-		if next == nil {
-			for _, w := range n.wildcards {
-				if w.key == k && wildcardMatch(w.parts, values[i]) {
-					next = w.next
-					if next.shareThreshold {
-						if m.shared == nil {
-							m.shared = make([]string, len(keys))
-						}
-						m.shared[i] = next.pattern
-					}
-					break
-				}
-			}
-		}
-		if next == nil {
-			next = n.any[k]
-		}
+		next, wild := n.step(k, values[i])
 		if next == nil {
 			return matched{}
+		}
+		if wild && next.shareThreshold {
+			if m.shared == nil {
+				m.shared = make([]string, len(keys))
+			}
+			m.shared[i] = next.pattern
 		}
 		n = next
 	}
 	m.rule, m.metadata = n.rule, n.metadata
 	return m
+}
+
+// step is one entry's move down the tree from n: the exact key and value,
+// then the key's wildcard values in declared order (wild), then the key
+// alone; nil when none matches.
+func (n *node) step(k, v string) (next *node, wild bool) {
+	if next = n.exact[k+"_"+v]; next != nil {
+		return next, false
+	}
+	for _, w := range n.wildcards {
+		if w.key == k && wildcardMatch(w.parts, v) {
+			return w.next, true
+		}
+	}
+	return n.any[k], false
 }
 
 // Limit is the limit a request descriptor matches (Config.Lookup).
@@ -757,10 +765,15 @@ func (c *Config) Lookup(domainName string, entries ...[2]string) (Limit, bool) {
 	if m.rule == nil {
 		return Limit{}, false
 	}
+	return m.limit(), true
+}
+
+// limit is the Limit of a walk that matched a rule.
+func (m matched) limit() Limit {
 	r := m.rule
 	return Limit{
 		Path: r.path, Name: r.name, RequestsPerUnit: r.window.Limit, Unit: r.unit, UnitMultiplier: r.mult,
 		Unlimited: r.unlimited, Block: r.block, ShadowMode: r.shadow, QuotaMode: r.quota,
 		Replaces: r.replaces, SharedAs: m.shared, Metadata: m.metadata,
-	}, true
+	}
 }

@@ -16,7 +16,10 @@ import (
 	"github.com/sluicehq/sluice/ports"
 )
 
-var _ ports.Store = (*Store)(nil)
+var (
+	_ ports.Store     = (*Store)(nil)
+	_ ports.Forgetter = (*Store)(nil)
+)
 
 // errClosed is returned by every method after Close.
 var errClosed = fmt.Errorf("local: %w", domain.ErrStoreClosed)
@@ -640,31 +643,42 @@ func (s *Store) observe(t int64) {
 // Resetting an unknown key is not an error; an empty or over-long key is a
 // *domain.LimitError.
 func (s *Store) Reset(ctx context.Context, key string) error {
+	_, err := s.Forget(ctx, key)
+	return err
+}
+
+// Forget forgets key as Reset does and reports whether it held state
+// (ports.Forgetter): units or slots that a caller at the latest instant
+// the store has seen, lagging it by up to IdleGrace, would still count.
+func (s *Store) Forget(ctx context.Context, key string) (bool, error) {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("local: %w", err)
+		return false, fmt.Errorf("local: %w", err)
 	}
 	switch {
 	case key == "":
-		return &domain.LimitError{Index: -1, Field: "key", Reason: "must not be empty"}
+		return false, &domain.LimitError{Index: -1, Field: "key", Reason: "must not be empty"}
 	case len(key) > domain.MaxKeyLen:
-		return &domain.LimitError{Index: -1, Field: "key", Reason: fmt.Sprintf("must be at most %d bytes", domain.MaxKeyLen)}
+		return false, &domain.LimitError{Index: -1, Field: "key", Reason: fmt.Sprintf("must be at most %d bytes", domain.MaxKeyLen)}
 	}
 	if s.closed.Load() {
-		return errClosed
+		return false, errClosed
 	}
 	h := s.hash(key)
 	sh := s.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.closed {
-		return errClosed
+		return false, errClosed
 	}
-	if e := sh.tab.Load().find(h, key); e != nil {
-		e.mu.Lock()
-		e.resetLocked()
-		e.mu.Unlock()
+	e := sh.tab.Load().find(h, key)
+	if e == nil {
+		return false, nil
 	}
-	return nil
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	held := !s.idle(e)
+	e.resetLocked()
+	return held, nil
 }
 
 // Wait blocks until ristretto has applied every write the store handed it

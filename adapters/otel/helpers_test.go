@@ -147,6 +147,12 @@ func (s *switchStore) Peek(ctx context.Context, now time.Time, limits []domain.L
 	return s.Store.Peek(ctx, now, limits)
 }
 
+// Forget passes the store's ports.Forgetter through, so that a reset
+// reports what it deleted.
+func (s *switchStore) Forget(ctx context.Context, key string) (bool, error) {
+	return s.Store.(ports.Forgetter).Forget(ctx, key)
+}
+
 func (s *switchStore) Probe(context.Context) error {
 	if s.down.Load() {
 		return errOutage

@@ -271,6 +271,9 @@ func (c *channels) reset(ctx context.Context, now time.Time, rec *ports.ResetRec
 		if rec.ClientIP.IsValid() {
 			r.AddAttrs(slog.String("client_ip", rec.ClientIP.String()))
 		}
+		if rec.ClientPrefix.IsValid() {
+			r.AddAttrs(slog.String("client_prefix", rec.ClientPrefix.String()))
+		}
 		resetAttrs(&r, rec)
 		errAttrs(&r, rec.Err)
 		auditErr = c.audit.Handle(ctx, r)
@@ -278,8 +281,18 @@ func (c *channels) reset(ctx context.Context, now time.Time, rec *ports.ResetRec
 	return joinLogErrors(appErr, auditErr)
 }
 
+// resetAttrs writes a reset's phase (begun: written before any key is
+// deleted; done: with the outcome, and the keys deleted when the store
+// tells), dimension, keys and pseudonyms.
 func resetAttrs(r *slog.Record, rec *ports.ResetRecord) {
-	r.AddAttrs(slog.String("dimension", rec.Dimension.String()), slog.Int("keys", rec.Keys))
+	phase := "begun"
+	if rec.Done {
+		phase = "done"
+	}
+	r.AddAttrs(slog.String("phase", phase), slog.String("dimension", rec.Dimension.String()), slog.Int("keys", rec.Keys))
+	if rec.Done && rec.Deleted >= 0 {
+		r.AddAttrs(slog.Int("deleted", rec.Deleted))
+	}
 	if rec.SubjectID != "" {
 		r.AddAttrs(slog.String("subject_id", rec.SubjectID))
 	}

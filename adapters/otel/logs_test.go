@@ -37,9 +37,9 @@ func TestLogChannels(t *testing.T) {
 		require.NoError(t, err)
 	}
 	require.Equal(t, domain.Healthy, e.lim.SystemState())
-	n, err := e.lim.Reset(context.Background(), reset)
+	res, err := e.lim.Reset(context.Background(), reset)
 	require.NoError(t, err)
-	require.Positive(t, n)
+	require.Positive(t, res.Deleted)
 
 	appText := e.app.text()
 	for _, raw := range append([]string{rawIP.String(), "/api/v1", "not a route", `bad\u0000user`, "support:bob"}, rawIdentities...) {
@@ -79,8 +79,12 @@ func TestLogChannels(t *testing.T) {
 			withIP[state]++
 		case otel.MsgReset:
 			require.Equal(t, rawIP.String(), ip)
+			require.Equal(t, rawIP.String()+"/32", r["client_prefix"])
 			require.Equal(t, "support:bob", r["actor"])
-			withIP["reset"]++
+			withIP["reset "+r["phase"].(string)]++
+			if r["phase"] == "done" && r["error"] == nil {
+				require.EqualValues(t, res.Deleted, r["deleted"], "the keys the store held")
+			}
 		case otel.MsgInvalid:
 			require.False(t, hasIP)
 			require.NotContains(t, line, rawIP.String())
@@ -89,7 +93,7 @@ func TestLogChannels(t *testing.T) {
 			t.Fatalf("unexpected audit record %v", r)
 		}
 	}
-	assert.Equal(t, map[string]int{"THROTTLED": 4, "DENIED_DEGRADED": 2, "reset": 2}, withIP)
+	assert.Equal(t, map[string]int{"THROTTLED": 4, "DENIED_DEGRADED": 2, "reset begun": 2, "reset done": 2}, withIP, "each reset (one refused, one done) recorded before and after")
 	assert.Contains(t, auditText, `"route":"not a route"`)
 }
 

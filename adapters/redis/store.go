@@ -132,6 +132,7 @@ type Store struct {
 var (
 	_ ports.Store       = (*Store)(nil)
 	_ ports.Repeater    = (*Store)(nil)
+	_ ports.Forgetter   = (*Store)(nil)
 	_ ports.Reserver    = (*Store)(nil)
 	_ ports.Partitioned = (*Store)(nil)
 	_ ports.Batcher     = (*Store)(nil)
@@ -595,24 +596,33 @@ func figures(vals []rueidis.RedisMessage, v []int64, limits []domain.Limit, i in
 // Reset deletes key, forgetting every unit counted on it (every window of
 // a shared log, docs/adr/015).
 func (s *Store) Reset(ctx context.Context, key string) error {
+	_, err := s.Forget(ctx, key)
+	return err
+}
+
+// Forget deletes key as Reset does and reports whether it existed: DEL's
+// count (ports.Forgetter). A key outlives its units until its TTL, the
+// longest of its windows.
+func (s *Store) Forget(ctx context.Context, key string) (bool, error) {
 	if s.closed.Load() {
-		return domain.ErrStoreClosed
+		return false, domain.ErrStoreClosed
 	}
 	switch {
 	case key == "":
-		return &domain.LimitError{Index: -1, Field: "key", Reason: "must not be empty"}
+		return false, &domain.LimitError{Index: -1, Field: "key", Reason: "must not be empty"}
 	case len(key) > domain.MaxKeyLen:
-		return &domain.LimitError{Index: -1, Field: "key", Reason: fmt.Sprintf("must be at most %d bytes", domain.MaxKeyLen)}
+		return false, &domain.LimitError{Index: -1, Field: "key", Reason: fmt.Sprintf("must be at most %d bytes", domain.MaxKeyLen)}
 	}
 	if ctx.Err() != nil {
-		return s.mapErr(ctx, ctx, ctx.Err(), "the caller's deadline")
+		return false, s.mapErr(ctx, ctx, ctx.Err(), "the caller's deadline")
 	}
 	cctx, cancel, whose := s.deadline(ctx)
 	defer cancel()
-	if err := s.client.Do(cctx, s.client.B().Del().Key(key).Build()).Error(); err != nil {
-		return s.mapErr(ctx, cctx, err, whose)
+	n, err := s.client.Do(cctx, s.client.B().Del().Key(key).Build()).AsInt64()
+	if err != nil {
+		return false, s.mapErr(ctx, cctx, err, whose)
 	}
-	return nil
+	return n > 0, nil
 }
 
 // Close marks the store closed and, unless the client came from

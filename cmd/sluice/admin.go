@@ -233,10 +233,24 @@ every window of -dimension, on every profile unless -profile or -route
 narrow it, and the ADR-002 facades), or of descriptors
 (app.Limiter.ResetWindows), and records who asked (-actor, required) on
 the security-audit channel (stderr, or -audit-log FILE), as the services'
-own Reset does. -dimension defaults to the most specific identity given:
-user, else apikey, else ip, else tenant; the other identities scope it (a
-user's windows within -tenant are not the same user's without one). Asks
-for confirmation on stdin unless -yes.`
+own Reset does: once before any key is deleted (phase=begun), once with
+the outcome (phase=done, deleted=N). If the first record cannot be
+written, nothing is deleted.
+
+-dimension defaults to the most specific identity given: user, else
+apikey, else ip, else tenant. The tenant scopes a user's and an api key's
+windows (a user's windows within -tenant are not the same user's without
+one), and without a tenant the user scopes an api key's. An ip is not
+scoped: its windows count per ip whoever sends, so an ip reset forgets
+them in every tenant, and an IPv6 address stands for its /64, as it
+counts (docs/adr/013). The confirmation, asked on stdin unless -yes,
+shows that scope.
+
+It prints how many keys the store held and deleted, of the keys the reset
+names. None deleted exits 8 with a warning: nothing was counted under
+these keys, because nothing was counted yet, or because they are not the
+service's (another RATE_LIMIT_HMAC_SECRET, a missing -tenant, another
+configuration file).`
 
 func runReset(ctx context.Context, args []string, io ioSet) error {
 	var t target
@@ -318,11 +332,11 @@ func runReset(ctx context.Context, args []string, io ioSet) error {
 			return fail(exitNotConfirmed, errors.New("reset not confirmed: nothing was reset"))
 		}
 	}
-	var n int
+	var res app.ResetResult
 	if t.envoy() {
-		n, err = s.lim.ResetWindows(ctx, wr, actor)
+		res, err = s.lim.ResetWindows(ctx, wr, actor)
 	} else {
-		n, err = s.lim.Reset(ctx, req)
+		res, err = s.lim.Reset(ctx, req)
 	}
 	if err != nil {
 		return err
@@ -332,13 +346,37 @@ func runReset(ctx context.Context, args []string, io ioSet) error {
 		ttl = 0 // the Envoy door never repeats a refusal (app.Limiter.EvaluateWindows)
 	}
 	if t.json {
-		return printJSON(io.out, map[string]any{"reset": what, "keys": n, "actor": actor, "refusal_cache_ttl_ms": ttl.Milliseconds()})
+		out := map[string]any{"reset": what, "keys": res.Keys, "actor": actor, "refusal_cache_ttl_ms": ttl.Milliseconds()}
+		if res.Deleted >= 0 {
+			out["deleted"] = res.Deleted
+		}
+		if err := printJSON(io.out, out); err != nil {
+			return err
+		}
+	} else {
+		deleted := fmt.Sprintf("%d of %d keys deleted", res.Deleted, res.Keys)
+		if res.Deleted < 0 {
+			deleted = fmt.Sprintf("%d keys reset (the store does not say how many it held)", res.Keys)
+		}
+		fmt.Fprintf(io.out, "reset %s: %s, recorded on the audit channel as %q\n", what, deleted, actor)
+		if ttl > 0 && s.cfg.RefusalCacheSize > 0 && res.Deleted != 0 {
+			fmt.Fprintf(io.out, "an instance that refused them moments ago may repeat that refusal for up to %s (refusal_cache_ttl)\n", ttl)
+		}
 	}
-	fmt.Fprintf(io.out, "reset %s: %d keys, recorded on the audit channel as %q\n", what, n, actor)
-	if ttl > 0 && s.cfg.RefusalCacheSize > 0 {
-		fmt.Fprintf(io.out, "an instance that refused them moments ago may repeat that refusal for up to %s (refusal_cache_ttl)\n", ttl)
+	if res.Deleted == 0 {
+		return fail(exitNothingReset, errors.New(nothingDeleted(&t)))
 	}
 	return nil
+}
+
+// nothingDeleted explains a reset that found no count to delete.
+func nothingDeleted(t *target) string {
+	why := "the -descriptor entries are not those Envoy sends, or -envoy-config is not the service's"
+	if !t.envoy() {
+		why = "-tenant does not name the tenant the requests carry (a user's and an api key's windows count within it), or -config is not the service's"
+	}
+	return fmt.Sprintf("warning: the reset deleted nothing: no key it names held a count on the store. "+
+		"Nothing was counted yet, or the keys are not the service's: %s is not the service's secret (keys are pseudonymised with it), or %s", app.EnvHMACSecret, why)
 }
 
 // resetRequest builds the ResetRequest of the target's identities.
@@ -371,7 +409,8 @@ func (t *target) resetRequest(dim, actor string) (app.ResetRequest, error) {
 	return req, nil
 }
 
-// describe says what a reset will forget, for the confirmation.
+// describe says what a reset will forget, for the confirmation and the
+// report: the identity, and what scopes it (app.Limiter.Reset).
 func (t *target) describe(req app.ResetRequest) string {
 	var id string
 	switch req.Dimension {
@@ -380,12 +419,22 @@ func (t *target) describe(req app.ResetRequest) string {
 	case domain.DimensionAPIKey:
 		id = fmt.Sprintf("api key %q", t.apikey)
 	case domain.DimensionIP:
-		id = fmt.Sprintf("ip %s", req.ClientIP)
+		id = "ip " + req.ClientIP.String()
+		if n, err := domain.NormaliseIP(req.ClientIP); err == nil && n != req.ClientIP.String() {
+			id = fmt.Sprintf("ip %s (the /%d of %s, counted as one client)", n, domain.IPv6GroupBits, req.ClientIP)
+		}
+		id += " in every tenant (an ip counts whoever sends)"
 	case domain.DimensionTenant:
 		id = fmt.Sprintf("tenant %q", t.tenant)
 	}
-	if req.Dimension != domain.DimensionTenant && t.tenant != "" {
+	switch {
+	case req.Dimension == domain.DimensionIP || req.Dimension == domain.DimensionTenant:
+	case t.tenant != "":
 		id += fmt.Sprintf(" in tenant %q", t.tenant)
+	case req.Dimension == domain.DimensionAPIKey && t.user != "":
+		id += fmt.Sprintf(" with user %q, no tenant", t.user)
+	default:
+		id += " without a tenant"
 	}
 	scope := "every profile and the facades"
 	if len(req.Profiles) > 0 {

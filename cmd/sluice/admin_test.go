@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -112,10 +113,14 @@ func TestResetUnblocksWhatTheDemoRefused(t *testing.T) {
 	r = sluice(t, env, "yes\n", append([]string{"reset", "-actor", "support-7"}, cli...)...)
 	require.Equal(t, exitOK, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "recorded on the audit channel")
+	assert.Contains(t, r.stdout, "1 of ", "the user's rows window: one key held a count")
 	audit := auditLine(t, r.stderr)
 	assert.Contains(t, audit, "actor=support-7")
 	assert.Contains(t, audit, "dimension=user")
-	assert.NotContains(t, audit, user, "the audit record names the pseudonym, as Limiter.Reset records it")
+	assert.Equal(t, "1", field(audit, "deleted"))
+	for _, rec := range auditRecords(r.stderr) {
+		assert.NotContains(t, rec, user, "the audit record names the pseudonym, as Limiter.Reset records it")
+	}
 
 	assert.Equal(t, domain.Allowed, reserve().State, "the demo admits the user again")
 	r = sluice(t, env, "", append([]string{"peek", "-route", "POST /api/v1/exports", "-json"}, cli...)...)
@@ -125,16 +130,38 @@ func TestResetUnblocksWhatTheDemoRefused(t *testing.T) {
 	assert.Equal(t, int64(90), *peek.Windows[0].Remaining, "one export of 10 rows since the reset")
 }
 
-// auditLine returns the security-audit record of a reset in a run's
-// stderr.
+// auditLine returns the security-audit record of a reset's outcome in a
+// run's stderr, after checking that the record of the reset begun comes
+// first, with the same actor.
 func auditLine(t *testing.T, stderr string) string {
 	t.Helper()
+	recs := auditRecords(stderr)
+	require.Len(t, recs, 2, "a reset begun and done, in:\n%s", stderr)
+	require.Contains(t, recs[0], "phase=begun")
+	require.Contains(t, recs[1], "phase=done")
+	require.Equal(t, field(recs[0], "actor"), field(recs[1], "actor"))
+	return recs[1]
+}
+
+// auditRecords are the security-audit records of resets in a run's
+// stderr, in order.
+func auditRecords(stderr string) []string {
+	var out []string
 	for _, l := range strings.Split(stderr, "\n") {
 		if strings.Contains(l, "channel=audit") && strings.Contains(l, `msg="rate limit reset"`) {
-			return l
+			out = append(out, l)
 		}
 	}
-	t.Fatalf("no audit record of the reset in:\n%s", stderr)
+	return out
+}
+
+// field is the value of key=value in a text log line, "" without.
+func field(line, key string) string {
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return v
+		}
+	}
 	return ""
 }
 
@@ -200,8 +227,90 @@ func TestPeekAndResetOnACluster(t *testing.T) {
 		assert.Equal(t, w.Limit, *w.Remaining, "%s/%s: nothing counted", w.Dimension, w.Window)
 	}
 	assert.Len(t, slots, 2, "the ip's slot and the tenant's")
+	// Nothing was counted: the reset reaches the cluster, deletes nothing
+	// and says so.
 	r = sluice(t, env, "", append([]string{"reset", "-actor", "support-7", "-yes"}, cli...)...)
-	require.Equal(t, exitOK, r.code, r.stderr)
-	assert.Contains(t, r.stdout, `on profile(s) "search"`, "-route narrows the reset to its profile")
-	assert.Contains(t, auditLine(t, r.stderr), "actor=support-7")
+	require.Equal(t, exitNothingReset, r.code, r.stderr)
+	assert.Contains(t, r.stdout, `on profile(s) "search": 0 of 3 keys deleted`, "-route narrows the reset to its profile")
+	audit := auditLine(t, r.stderr)
+	assert.Contains(t, audit, "actor=support-7")
+	assert.NotContains(t, audit, "error=", "the store answered")
+}
+
+// TestResetSaysWhatItDeletedAndWhere: a reset reports the keys the store
+// held and deleted, not those it named. A user counted within a tenant,
+// reset without -tenant, or under another secret, deletes nothing: a
+// warning and exit status 8, the audit record saying deleted=0. An ip
+// reset names its true scope in the question and the audit record: every
+// tenant, and for IPv6 the /64 it counts as.
+func TestResetSaysWhatItDeletedAndWhere(t *testing.T) {
+	secret := newSecret(t)
+	env := map[string]string{"REDIS_URL": redistest.StandaloneURL(t), "RATE_LIMIT_HMAC_SECRET": secret}
+	svc := startService(t, demoConfig, env)
+	user, tenant := unique("dave"), unique("acme")
+	search := app.Request{Route: "GET /api/v1/search", ClientIP: netip.MustParseAddr("203.0.113.8"), User: user, Tenant: tenant}
+	d, err := svc.lim.Evaluate(t.Context(), search)
+	require.NoError(t, err)
+	require.Equal(t, domain.Allowed, d.State)
+
+	resetUser := []string{"reset", "-config", demoConfig, "-user", user, "-actor", "support-7", "-yes", "-store-timeout", "2s"}
+	t.Run("without the tenant", func(t *testing.T) {
+		r := sluice(t, env, "", resetUser...)
+		assert.Equal(t, exitNothingReset, r.code, r.stderr)
+		assert.Contains(t, r.stdout, "without a tenant")
+		assert.Contains(t, r.stdout, ": 0 of ")
+		assert.Contains(t, r.stderr, "warning: the reset deleted nothing")
+		assert.Contains(t, r.stderr, "-tenant")
+		assert.Equal(t, "0", field(auditLine(t, r.stderr), "deleted"))
+	})
+	t.Run("under another secret", func(t *testing.T) {
+		other := map[string]string{"REDIS_URL": env["REDIS_URL"], "RATE_LIMIT_HMAC_SECRET": newSecret(t)}
+		r := sluice(t, other, "", append(resetUser, "-tenant", tenant)...)
+		assert.Equal(t, exitNothingReset, r.code, r.stderr)
+		assert.Contains(t, r.stderr, "RATE_LIMIT_HMAC_SECRET is not the service's secret")
+	})
+	t.Run("within the tenant", func(t *testing.T) {
+		r := sluice(t, env, "", append(resetUser, "-tenant", tenant, "-json")...)
+		require.Equal(t, exitOK, r.code, r.stderr)
+		var out struct {
+			Reset         string
+			Keys, Deleted int
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &out), r.stdout)
+		assert.Contains(t, out.Reset, fmt.Sprintf("in tenant %q", tenant))
+		assert.Equal(t, 2, out.Deleted, "the user's burst log and sustained GCRA key on search")
+		assert.Greater(t, out.Keys, out.Deleted)
+		assert.Equal(t, "2", field(auditLine(t, r.stderr), "deleted"))
+		r = sluice(t, env, "", append(resetUser, "-tenant", tenant)...)
+		assert.Equal(t, exitNothingReset, r.code, "nothing left to delete: %s", r.stderr)
+	})
+
+	t.Run("an IPv6 address across tenants", func(t *testing.T) {
+		login := func(ip, tenant string) domain.State {
+			d, err := svc.lim.Evaluate(t.Context(), app.Request{Route: "POST /api/v1/login", ClientIP: netip.MustParseAddr(ip), Tenant: tenant})
+			require.NoError(t, err)
+			return d.State
+		}
+		t1, t2 := unique("t1"), unique("t2")
+		for _, c := range [][2]string{{"2001:db8:7:7::1", t1}, {"2001:db8:7:7::2", t2}, {"2001:db8:7:7::1", t1}} {
+			require.Equal(t, domain.Allowed, login(c[0], c[1]))
+		}
+		require.Equal(t, domain.Throttled, login("2001:db8:7:7::3", unique("t3")), "3 per 10 s per /64, whoever sends")
+
+		cli := []string{"reset", "-config", demoConfig, "-ip", "2001:db8:7:7::9", "-tenant", t1, "-actor", "support-7", "-store-timeout", "2s"}
+		r := sluice(t, env, "no\n", cli...)
+		require.Equal(t, exitNotConfirmed, r.code, r.stderr)
+		assert.Contains(t, r.stderr, "ip 2001:db8:7:7::/64 (the /64 of 2001:db8:7:7::9, counted as one client) in every tenant")
+		assert.NotContains(t, r.stderr, "in tenant")
+		assert.Empty(t, auditRecords(r.stderr), "not confirmed: nothing recorded")
+
+		r = sluice(t, env, "", append(cli, "-yes")...)
+		require.Equal(t, exitOK, r.code, r.stderr)
+		assert.Contains(t, r.stdout, ": 1 of ", "the /64's login log")
+		audit := auditLine(t, r.stderr)
+		assert.Equal(t, "2001:db8:7:7::/64", field(audit, "client_prefix"))
+		assert.Equal(t, "ip", field(audit, "dimension"))
+		assert.Empty(t, field(audit, "tenant_id"), "an ip reset is scoped to no tenant")
+		assert.Equal(t, domain.Allowed, login("2001:db8:7:7::3", t2), "every address of the /64, in every tenant")
+	})
 }

@@ -23,7 +23,7 @@ import (
 	"github.com/sluicehq/sluice/internal/boot"
 )
 
-const checkSynopsis = `check -config FILE [-envoy-config PATH] [-identities N] [-expose ROUTE]... [-expose-file FILE] [-skip-secret] [-json]
+const checkSynopsis = `check -config FILE [-envoy-config PATH] [-envoy-routes FILE]... [-identities N] [-expose ROUTE]... [-expose-file FILE] [-json]
 
 Validates the configuration exactly as the services do at boot (the same
 loaders, so the same messages), each error with its file, line and field;
@@ -32,7 +32,17 @@ the configuration needs at -identities identities, and warnings. -expose
 (or -expose-file, one route a line) lists the service's own routes: each
 must have a profile, as the service's boot check (CheckRoutes) demands.
 -envoy-config checks sluice-rls's files too (with -config as its
--sluice-config). Exit status 0 when valid, 1 when not: a CI step.`
+-sluice-config), and -envoy-routes Envoy's own configuration beside them
+(a bootstrap, a RouteConfiguration, or a discovery file of either, YAML
+or JSON): each rate_limits entry's descriptor, the limit it reaches in
+its domain, and a warning for one that reaches none (Envoy sends it,
+sluice-rls counts nothing).
+
+The file is checked apart from the environment: without
+RATE_LIMIT_HMAC_SECRET (a CI step has no production secret) the file is
+checked, and a warning says the secret was not; a secret that is set but
+malformed exits 3 even when the file is valid. Exit status 0 when the
+file is valid (warnings included), 1 when not: a CI step.`
 
 // Synthetic identities check names to lay out a profile's keys: any
 // identity has the same windows and as many keys.
@@ -44,19 +54,35 @@ const (
 
 var checkIP = netip.MustParseAddr("192.0.2.1")
 
-// placeholderSecret stands in for the secret under -skip-secret: keys are
-// never shown by check, only counted.
+// placeholderSecret stands in for the secret while the file is checked
+// apart from the environment: keys are never shown by check, only
+// counted.
 const placeholderSecret = "00000000000000000000000000000000000000000000000000000000000000aa"
 
 type checkOut struct {
-	Valid    bool        `json:"valid"`
-	Errors   []located   `json:"errors,omitempty"`
-	Warnings []string    `json:"warnings,omitempty"`
-	Profiles []profOut   `json:"profiles,omitempty"`
-	Plans    []planOut   `json:"plans,omitempty"`
-	Exposed  []routeOut  `json:"exposed,omitempty"`
-	Domains  []domainOut `json:"envoy_domains,omitempty"`
-	Memory   *memoryOut  `json:"memory,omitempty"`
+	// Valid says the files are valid; the environment is reported
+	// apart (Environment).
+	Valid       bool        `json:"valid"`
+	Errors      []located   `json:"errors,omitempty"`
+	Environment *envOut     `json:"environment,omitempty"`
+	Warnings    []string    `json:"warnings,omitempty"`
+	Profiles    []profOut   `json:"profiles,omitempty"`
+	Plans       []planOut   `json:"plans,omitempty"`
+	Exposed     []routeOut  `json:"exposed,omitempty"`
+	Domains     []domainOut `json:"envoy_domains,omitempty"`
+	// EnvoyLimits are the descriptors of Envoy's rate_limits entries
+	// (-envoy-routes) and what each reaches.
+	EnvoyLimits []envoyLimitsOut `json:"envoy_rate_limits,omitempty"`
+	Memory      *memoryOut       `json:"memory,omitempty"`
+}
+
+// envOut is what check found of the environment the service reads.
+type envOut struct {
+	// HMACSecret is "set" (RATE_LIMIT_HMAC_SECRET, valid), "in the file",
+	// "missing" or "invalid".
+	HMACSecret string `json:"hmac_secret"`
+	// Error is the invalid secret's error.
+	Error string `json:"error,omitempty"`
 }
 
 type profOut struct {
@@ -133,23 +159,26 @@ func runCheck(args []string, io ioSet) error {
 	var o struct {
 		config, envoyConfig, exposeFile string
 		identities                      int64
-		expose                          multiFlag
-		skipSecret, json                bool
+		expose, envoyRoutes             multiFlag
+		json                            bool
 	}
 	fs := newFlagSet("check", checkSynopsis, io.err)
 	fs.StringVar(&o.config, "config", "", "sluice's YAML configuration")
 	fs.StringVar(&o.envoyConfig, "envoy-config", "", "sluice-rls's envoyproxy/ratelimit YAML: a file or a directory of *.yaml")
+	fs.Var(&o.envoyRoutes, "envoy-routes", "with -envoy-config: Envoy's bootstrap or RouteConfiguration whose rate_limits send the descriptors (repeatable)")
 	fs.Int64Var(&o.identities, "identities", 10000, "size the Redis memory for this many identities of each dimension")
 	fs.Var(&o.expose, "expose", "a route the service exposes, e.g. 'GET /api/v1/search' (repeatable)")
 	fs.StringVar(&o.exposeFile, "expose-file", "", "a file of exposed routes, one a line (# comments)")
 	load := envoyLoadFlags(fs)
-	fs.BoolVar(&o.skipSecret, "skip-secret", false, "check without RATE_LIMIT_HMAC_SECRET (CI): the secret is not checked, and a warning says so")
 	fs.BoolVar(&o.json, "json", false, "print JSON for scripts instead of a report")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if o.config == "" && o.envoyConfig == "" {
 		return usageErr("check needs -config (sluice's YAML), -envoy-config (sluice-rls's), or both")
+	}
+	if len(o.envoyRoutes) > 0 && o.envoyConfig == "" {
+		return usageErr("-envoy-routes needs -envoy-config: the rate-limit files its descriptors reach")
 	}
 	if o.identities < 1 {
 		return usageErr("-identities must be at least 1")
@@ -165,16 +194,9 @@ func runCheck(args []string, io ioSet) error {
 	var memory int64
 	var cfg app.Config
 	if o.config != "" || o.envoyConfig == "" {
-		var env app.LookupEnv
-		if o.skipSecret && !secretInFile(o.config) {
-			env = func(k string) (string, bool) {
-				if v, ok := os.LookupEnv(k); ok && v != "" || k != app.EnvHMACSecret {
-					return v, ok
-				}
-				return placeholderSecret, true
-			}
-		}
-		c, data, err := loadAppConfig(o.config, env)
+		inFile := secretInFile(o.config)
+		out.Environment = checkEnvironment(inFile)
+		c, data, err := loadAppConfig(o.config, fileOnly(inFile))
 		if err != nil {
 			if _, ok := err.(*exitError); ok {
 				return err
@@ -189,13 +211,13 @@ func runCheck(args []string, io ioSet) error {
 			if memory, err = describeApp(&out, c, data, o.expose, o.identities); err != nil {
 				return err
 			}
-			if o.skipSecret && string(c.HMACSecret) == placeholderSecret {
-				out.Warnings = append(out.Warnings, "-skip-secret: the HMAC secret was not checked; the service refuses to boot without "+app.EnvHMACSecret)
-			}
+		}
+		if out.Environment.HMACSecret == "missing" {
+			out.Warnings = append(out.Warnings, app.EnvHMACSecret+" is not set: the file was checked without it, and the service refuses to boot without it (32 random bytes as 64 hex characters)")
 		}
 	}
 	if o.envoyConfig != "" {
-		if _, err := envoyrls.LoadConfigWith(o.envoyConfig, *load); err != nil {
+		if rls, err := envoyrls.LoadConfigWith(o.envoyConfig, *load); err != nil {
 			out.Valid = false
 			out.Errors = append(out.Errors, locateEnvoy(o.envoyConfig, err)...)
 		} else {
@@ -204,6 +226,9 @@ func runCheck(args []string, io ioSet) error {
 				return err
 			}
 			memory += m
+			if err := checkEnvoyRoutes(&out, rls, o.envoyRoutes); err != nil {
+				return err
+			}
 		}
 	}
 	if out.Valid {
@@ -217,14 +242,49 @@ func runCheck(args []string, io ioSet) error {
 	} else {
 		printCheck(io, out, o.config != "" && len(o.expose) == 0)
 	}
-	if !out.Valid {
+	switch {
+	case !out.Valid:
 		return &exitError{code: exitInvalid, err: fmt.Errorf("invalid configuration"), printed: true}
+	case out.Environment != nil && out.Environment.Error != "":
+		return &exitError{code: exitSecret, err: fmt.Errorf("the environment: %s %s", app.EnvHMACSecret, out.Environment.Error), printed: true}
 	}
 	return nil
 }
 
-// secretInFile says whether the file at path writes hmac_secret: -skip-secret
-// then leaves it to be checked.
+// checkEnvironment reports the secret the service would read:
+// RATE_LIMIT_HMAC_SECRET, which wins over the file's, else the file's
+// (checked with the file).
+func checkEnvironment(inFile bool) *envOut {
+	v := os.Getenv(app.EnvHMACSecret)
+	switch {
+	case v != "":
+		if _, err := (app.Config{HMACSecret: app.Secret(v)}).SecretBytes(); err != nil {
+			return &envOut{HMACSecret: "invalid", Error: err.Error()}
+		}
+		return &envOut{HMACSecret: "set"}
+	case inFile:
+		return &envOut{HMACSecret: "in the file"}
+	}
+	return &envOut{HMACSecret: "missing"}
+}
+
+// fileOnly is the environment the file is checked in: the process's,
+// but the secret, which checkEnvironment checks apart. A secret the file
+// writes is checked with the file; without one a placeholder stands in.
+func fileOnly(inFile bool) app.LookupEnv {
+	return func(k string) (string, bool) {
+		if k != app.EnvHMACSecret {
+			return os.LookupEnv(k)
+		}
+		if inFile {
+			return "", false
+		}
+		return placeholderSecret, true
+	}
+}
+
+// secretInFile says whether the file at path writes hmac_secret, which is
+// then checked as part of the file.
 func secretInFile(path string) bool {
 	b, err := readBounded(path)
 	return err == nil && app.FieldLine(b, "hmac_secret") > 0
@@ -502,6 +562,9 @@ func envoyWindow(rl *envoyrls.RateLimitConfig) domain.Window {
 
 func printCheck(io ioSet, out checkOut, noExpose bool) {
 	w := io.out
+	if e := out.Environment; e != nil && e.Error != "" {
+		fmt.Fprintf(io.err, "environment: %s: %s (checked apart from the file: the service would refuse to boot with this secret)\n", app.EnvHMACSecret, e.Error)
+	}
 	if !out.Valid {
 		for _, e := range out.Errors {
 			fmt.Fprintln(io.err, e.String())
@@ -547,6 +610,30 @@ func printCheck(io ioSet, out checkOut, noExpose bool) {
 				name += " (shadow)"
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\n", l.Descriptor, name, l.Algorithm, l.Limit, l.Period)
+		}
+		_ = tw.Flush()
+	}
+	if len(out.EnvoyLimits) > 0 {
+		fmt.Fprintln(w, "envoy rate_limits (-envoy-routes):")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  AT\tDOMAIN\tDESCRIPTOR\tREACHES")
+		for _, l := range out.EnvoyLimits {
+			reaches := []string{}
+			for _, r := range l.Reaches {
+				s := fmt.Sprintf("%s (%s)", r.Limit, r.Rate)
+				if r.When != "" {
+					s += " when " + r.When
+				}
+				reaches = append(reaches, s)
+			}
+			if l.Note != "" {
+				reaches = append(reaches, l.Note)
+			}
+			loc := l.File
+			if l.Line > 0 {
+				loc = fmt.Sprintf("%s:%d", l.File, l.Line)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", loc, cmp.Or(l.Domain, "-"), l.Descriptor, strings.Join(reaches, "; "))
 		}
 		_ = tw.Flush()
 	}

@@ -28,7 +28,7 @@ const secretHint = "as the service has it"
 // (internal/boot.Config: the file, then REDIS_URL and
 // RATE_LIMIT_HMAC_SECRET), so that its errors are theirs. path "" is an
 // empty document: sluice-rls without -sluice-config. env, when set,
-// replaces the process environment (check -skip-secret).
+// replaces the process environment (check, which checks the secret apart).
 func loadAppConfig(path string, env app.LookupEnv) (app.Config, []byte, error) {
 	data := []byte("{}")
 	if path != "" {

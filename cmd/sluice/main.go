@@ -6,7 +6,7 @@
 //
 //	go install github.com/sluicehq/sluice/cmd/sluice@latest
 //
-//	sluice check   -config sluice.yaml [-envoy-config DIR] [-identities N] [-expose ROUTE]...
+//	sluice check   -config sluice.yaml [-envoy-config DIR [-envoy-routes envoy.yaml]] [-identities N] [-expose ROUTE]...
 //	sluice explain -config sluice.yaml -route 'GET /api/v1/search' [-user U] [-tenant T] [-ip A] [-apikey K]
 //	sluice peek    -config sluice.yaml [-route R] -user alice@example.org [-tenant acme]
 //	sluice reset   -config sluice.yaml -user alice@example.org -actor support-7 [-yes]
@@ -20,18 +20,26 @@
 // RATE_LIMIT_HMAC_SECRET, and go through app.Limiter (Peek, Reset,
 // PeekWindows, ResetWindows), which builds the keys: no key is built
 // here. A reset is written to the security-audit channel (stderr, or
-// -audit-log FILE) with its -actor, as Limiter.Reset records it.
+// -audit-log FILE) with its -actor, as Limiter.Reset records it: before
+// any key is deleted, and with the keys it deleted after.
+//
+// check reads the file apart from the environment: without
+// RATE_LIMIT_HMAC_SECRET it checks the file and warns (exit 0); a
+// malformed secret is exit 3. With -envoy-routes it walks each of Envoy's
+// rate_limits descriptors through sluice-rls's files and warns on one
+// that reaches no limit.
 //
 // Exit codes (also in --help):
 //
-//	0  success (check: the configuration is valid)
+//	0  success (check: the configuration is valid; warnings included)
 //	1  the configuration is invalid (every error names file, line and field)
 //	2  usage: unknown subcommand or flag, missing or bad argument
-//	3  the HMAC secret is missing or malformed (RATE_LIMIT_HMAC_SECRET)
+//	3  the HMAC secret is malformed, or missing where keys are needed (explain, peek, reset)
 //	4  the store is unreachable, timed out, or not configured
 //	5  unknown route, profile, domain, or descriptor matching no limit
 //	6  an identity is malformed (an ip that does not parse, an id too long)
 //	7  reset not confirmed
+//	8  reset deleted nothing: no key it names held a count
 package main
 
 import (
@@ -53,25 +61,30 @@ const (
 	exitUnknown      = 5
 	exitBadIdentity  = 6
 	exitNotConfirmed = 7
+	exitNothingReset = 8
 )
 
 // exitCodesHelp documents the exit codes in every --help.
 const exitCodesHelp = `Exit codes:
-  0  success (check: the configuration is valid)
+  0  success (check: the configuration is valid; warnings included, a
+     missing RATE_LIMIT_HMAC_SECRET among them)
   1  the configuration is invalid (each error names file, line and field)
   2  usage: unknown subcommand or flag, missing or bad argument
-  3  the HMAC secret is missing or malformed (RATE_LIMIT_HMAC_SECRET)
+  3  the HMAC secret is malformed, or missing where keys are needed
+     (explain, peek, reset) (RATE_LIMIT_HMAC_SECRET)
   4  the store is unreachable, timed out, or not configured
      (REDIS_URL or REDIS_CLUSTER_ADDRS)
   5  unknown route, profile, domain, or a descriptor matching no limit
   6  an identity is malformed (an ip that does not parse, an id too long)
   7  reset not confirmed
+  8  reset deleted nothing: no key it names held a count (nothing
+     counted yet, another RATE_LIMIT_HMAC_SECRET, a missing -tenant)
 `
 
 const usage = `sluice: the operator's tool for sluice rate limiting.
 
 Usage:
-  sluice check   -config FILE [-envoy-config PATH] [-identities N] [-expose ROUTE]...
+  sluice check   -config FILE [-envoy-config PATH [-envoy-routes ENVOY.yaml]...] [-identities N] [-expose ROUTE]...
   sluice explain -config FILE -route ROUTE [-user U] [-tenant T] [-ip A] [-apikey K]
   sluice explain -envoy-config PATH -domain D -descriptor k=v[,k=v]...
   sluice peek    -config FILE [-route ROUTE] IDENTITY...   (or -envoy-config ... -domain ... -descriptor ...)

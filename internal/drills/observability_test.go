@@ -92,7 +92,11 @@ func (o *observability) check(t *testing.T, scan *rawScan) (metricBytes, appLine
 		if _, ok := rec["client_ip"]; ok && rec["msg"] != otel.MsgRefusal && rec["msg"] != otel.MsgReset {
 			t.Errorf("an audit record other than a refusal or a reset holds the raw ip: %s", l)
 		}
+		if _, ok := rec["client_prefix"]; ok && rec["msg"] != otel.MsgReset {
+			t.Errorf("an audit record other than a reset holds an ip's prefix: %s", l)
+		}
 		delete(rec, "client_ip")
+		delete(rec, "client_prefix")
 		delete(rec, "route")
 		rest, _ := json.Marshal(rec)
 		local.look("audit log", string(rest))
