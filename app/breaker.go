@@ -187,11 +187,14 @@ func requestFault(err error) (domain.Cause, bool) {
 }
 
 // confirm asks the store whether node answers, with a probe of its own
-// (ConfirmingProbe marks its context) under the store deadline and not
-// the caller's cancellation, one at a time across the instance and never
-// beside a scheduled probe. It reports whether the node is down (the
-// witness is kept in n); when it answers, n's run is cleared: the misses
-// were not the store's. The probe feeds no health machine.
+// (ConfirmingProbe marks its context) under the probe's store deadline
+// (probeRound: store time, as every store call's) and not the caller's
+// cancellation, one at a time across the instance and never beside a
+// scheduled probe. It reports whether the node is down (the witness is
+// kept in n); when it answers, n's run is cleared: the misses were not
+// the store's. A round the service was too starved to finish, or during
+// which it stalled for half a deadline, proves nothing: the next miss
+// asks again. The probe feeds no health machine.
 func (l *Limiter) confirm(ctx context.Context, node string, n *nodeHealth) (down bool) {
 	if !l.confirming.CompareAndSwap(false, true) {
 		return false
@@ -199,61 +202,26 @@ func (l *Limiter) confirm(ctx context.Context, node string, n *nodeHealth) (down
 	defer l.confirming.Store(false)
 	l.probeMu.Lock()
 	defer l.probeMu.Unlock()
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(l.cfg.ProbeTimeout, l.cfg.StoreTimeout))
-	defer cancel()
-	pctx = context.WithValue(pctx, confirmingKey{}, true)
-	lag := l.watchLag()
-	for _, p := range l.probe(pctx).probes {
+	res, stalled, starved := l.probeRound(context.WithValue(context.WithoutCancel(ctx), confirmingKey{}, true))
+	for _, p := range res.probes {
 		if p.Err != nil && (node == "" || p.Node == node) {
 			down = true
 		}
 	}
-	stalled := lag() >= l.cfg.StoreTimeout/2
 	switch {
+	case starved, down && stalled:
+		return false
 	case !down:
 		n.clear()
-	case stalled:
-		// The service itself stalled for half a deadline while the probe
-		// ran (its CPU saturated, or the process descheduled): a probe it
-		// could not read in time proves nothing of the store. The next
-		// miss asks again.
-		return false
 	default:
 		n.down.Store(true)
 	}
 	return down
 }
 
-// lagTick is how often watchLag looks at the clock.
+// lagTick is how often the lag meter's ticking witness looks at the
+// clock.
 const lagTick = time.Millisecond
-
-// watchLag measures, until the returned function is called, the longest
-// gap between two looks at the clock by a goroutine that wants to look
-// every lagTick: how long the service could not run a goroutine of its
-// own, which makes every deadline it measures miss. The function returns
-// that gap (0 on a clock that does not move).
-func (l *Limiter) watchLag() func() time.Duration {
-	tk := l.clock.NewTicker(lagTick)
-	stop, done := make(chan struct{}), make(chan time.Duration, 1)
-	go func() {
-		last, worst := l.clock.Now(), time.Duration(0)
-		for {
-			select {
-			case <-stop:
-				done <- max(worst, l.clock.Now().Sub(last))
-				return
-			case <-tk.C():
-				now := l.clock.Now()
-				worst, last = max(worst, now.Sub(last)), now
-			}
-		}
-	}()
-	return func() time.Duration {
-		tk.Stop()
-		close(stop)
-		return <-done
-	}
-}
 
 // probeResults is the outcome of one probe round: one entry per node, or
 // for a store of one node the single entry "".

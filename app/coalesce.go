@@ -212,7 +212,7 @@ func (c *coalescer) call(sh *coalesceShard, fp uint64, b *batch) {
 	start := l.clock.Now()
 	// The store deadline starts now, at the call: the members' time in
 	// the queue was not the store's.
-	cctx := newStoreTime(b.ctx, l.lag, l.wall(start), l.cfg.StoreTimeout, b.deadline)
+	cctx := newStoreTime(b.ctx, l.lag, l.wall(start), l.cfg.StoreTimeout, b.deadline, l.dispatching)
 	limits := b.limits[:b.nlimits]
 	var err error
 	if b.n == 1 {

@@ -26,10 +26,11 @@ type storeContext struct {
 	// With lag set (storeTime), the armed context counts the store's
 	// time (storetime.go) from start, shed at shedAt; without, it is
 	// context.WithDeadline(parent, deadline).
-	lag    *lagMeter
-	start  time.Time
-	shedAt time.Time
-	st     *storeTime
+	lag      *lagMeter
+	start    time.Time
+	shedAt   time.Time
+	dispatch bool
+	st       *storeTime
 
 	// armed is set once actx, the context.WithDeadline that stands in for
 	// this one, and its cancel are, under mu: a reader that sees it set
@@ -51,10 +52,11 @@ func newStoreContext(parent context.Context, deadline time.Time) *storeContext {
 	return &storeContext{parent: parent, deadline: deadline}
 }
 
-// storeTime makes the armed context count the store's time from start
-// (storetime.go), shed at shedAt, where deadline is start + the budget.
-func (c *storeContext) storeTime(lag *lagMeter, start, shedAt time.Time) *storeContext {
-	c.lag, c.start, c.shedAt = lag, start, shedAt
+// storeTime makes the armed context count the store's time from start,
+// or from the call's dispatch with dispatch set (storetime.go), shed at
+// shedAt, where deadline is start + the budget.
+func (c *storeContext) storeTime(lag *lagMeter, start, shedAt time.Time, dispatch bool) *storeContext {
+	c.lag, c.start, c.shedAt, c.dispatch = lag, start, shedAt, dispatch
 	return c
 }
 
@@ -79,7 +81,7 @@ func (c *storeContext) arm() context.Context {
 		return c.actx
 	}
 	if c.lag != nil {
-		c.st = newStoreTime(c.parent, c.lag, c.start, c.deadline.Sub(c.start), c.shedAt)
+		c.st = newStoreTime(c.parent, c.lag, c.start, c.deadline.Sub(c.start), c.shedAt, c.dispatch)
 		c.actx, c.acancel = c.st, func() { c.st.stop() }
 	} else {
 		c.actx, c.acancel = context.WithDeadline(c.parent, c.deadline)
@@ -106,12 +108,18 @@ func (c *storeContext) stop(now time.Time) {
 	}
 }
 
-// Deadline is the earlier of the parent's deadline and the store's.
+// Deadline is the earlier of the parent's deadline and the store's; for
+// a context that counts store time, the latest instant it can end, as
+// storeTime's Deadline.
 func (c *storeContext) Deadline() (time.Time, bool) {
-	if d, ok := c.parent.Deadline(); ok && d.Before(c.deadline) {
+	dl := c.deadline
+	if c.lag != nil {
+		dl = c.shedAt
+	}
+	if d, ok := c.parent.Deadline(); ok && d.Before(dl) {
 		return d, true
 	}
-	return c.deadline, true
+	return dl, true
 }
 
 // Done arms the deadline's timer and returns the channel it closes.

@@ -162,7 +162,7 @@ func BenchmarkStoreContext(b *testing.B) {
 	// The store-time context a store that waits gets (storetime.go),
 	// against the context.WithTimeout it replaced there; the lag meter
 	// runs, as it does while calls are in flight.
-	lag := newLagMeter()
+	lag := newLagMeter(DefaultShedAfter)
 	defer lag.close()
 	lag.acquire()
 	defer lag.release()
@@ -179,7 +179,7 @@ func BenchmarkStoreContext(b *testing.B) {
 	b.Run("storeTime/Done/cancellable parent", func(b *testing.B) {
 		for b.Loop() {
 			now := time.Now()
-			ctx := newStoreTime(cancelled, lag, now, time.Second, now.Add(2*time.Second))
+			ctx := newStoreTime(cancelled, lag, now, time.Second, now.Add(2*time.Second), false)
 			_ = ctx.Err()
 			_ = ctx.Done()
 			ctx.stop()

@@ -106,16 +106,29 @@ func (l *Limiter) stopTicker() {
 func (l *Limiter) ProbeOnce(ctx context.Context) (domain.SystemState, error) {
 	l.probeMu.Lock()
 	defer l.probeMu.Unlock()
-	budget := min(l.cfg.ProbeTimeout, l.cfg.StoreTimeout)
-	start := time.Now()
 	answered := l.answeredByNode()
-	pctx := newStoreTime(ctx, l.lag, start, budget, start.Add(max(l.cfg.ProbeTimeout, budget)))
-	res := l.probe(pctx)
-	stalled := pctx.lagged() >= budget/2
-	if pctx.stop() == endShed {
+	res, stalled, starved := l.probeRound(ctx)
+	if starved {
 		return l.SystemState(), nil
 	}
 	return l.applyProbes(ctx, l.withoutMisses(res, stalled, answered))
+}
+
+// probeRound runs one probe round under the probe's store deadline:
+// Config.ProbeTimeout, and no more than Config.StoreTimeout of the
+// store's time (storetime.go). stalled reports that the service itself
+// stalled for half that budget meanwhile; starved that the round was
+// still running at ProbeTimeout while the store had less than its
+// budget (the service, not the store, was late): such a round proves
+// nothing.
+func (l *Limiter) probeRound(ctx context.Context) (res probeResults, stalled, starved bool) {
+	budget := min(l.cfg.ProbeTimeout, l.cfg.StoreTimeout)
+	start := time.Now()
+	pctx := newStoreTime(ctx, l.lag, start, budget, start.Add(max(l.cfg.ProbeTimeout, budget)), false)
+	res = l.probe(pctx)
+	stalled = pctx.lagged() >= budget/2
+	starved = pctx.stop() == endShed
+	return res, stalled, starved
 }
 
 // answeredByNode is each known node's count of successful store calls.

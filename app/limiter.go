@@ -97,8 +97,12 @@ type Limiter struct {
 	clock            ports.Clock
 	systemClock      bool // clock is ports.SystemClock: its instants are wall instants
 	// storeWaits is set once the primary store has waited on a call's
-	// deadline (callStore).
+	// deadline (timed).
 	storeWaits atomic.Bool
+	// dispatching is set when the primary store queues its calls and
+	// says when it sends each (ports.Dispatcher): their store deadline
+	// starts then.
+	dispatching bool
 	// lag measures the time the service could not run, which the store
 	// deadline gives back (storetime.go).
 	lag    *lagMeter
@@ -179,7 +183,7 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 		facade:    fp,
 		done:      make(chan struct{}),
 		afterTick: afterTick,
-		lag:       newLagMeter(),
+		lag:       newLagMeter(max(cfg.ShedAfter, cfg.ProbeTimeout)),
 
 		tickerChanged: make(chan struct{}, 1),
 	}
@@ -189,6 +193,9 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 	}
 	l.reserver, _ = deps.Store.(ports.Reserver)
 	l.partitioned, _ = deps.Store.(ports.Partitioned)
+	if d, ok := deps.Store.(ports.Dispatcher); ok {
+		l.dispatching = d.Dispatches()
+	}
 	l.fallbackReserver, _ = deps.Fallback.(ports.Reserver)
 	if err := profiles.needReserver(l.reserver != nil); err != nil {
 		return nil, err
@@ -618,44 +625,58 @@ func (l *Limiter) evaluateStore(ctx context.Context, ev *evaluation) (domain.Res
 }
 
 // callStore calls the primary store under the one store deadline and
-// records the call. Every failure comes back classified: a store deadline
-// missed wraps domain.ErrStoreTimeout; a call still unanswered at the shed
-// bound wraps ErrOverloaded; a caller that gave up keeps its context's
-// error. The store deadline counts the store's time only (storetime.go,
-// docs/adr/008): the time the service could not run is given back.
+// records the call (timed).
 func (l *Limiter) callStore(ctx context.Context, ev *evaluation, op ports.StoreOp) (domain.Result, time.Time, error) {
-	limits := ev.limits[:ev.n]
-	start := l.clock.Now()
-	wallStart := l.wall(start)
 	var res domain.Result
-	var err error
-	var end time.Time
+	start, took, err := l.timed(ctx, op, ev.n, func(sctx context.Context) (err error) {
+		res, err = l.storeCall(sctx, op, ev, ev.limits[:ev.n])
+		return err
+	})
+	ev.latency = took
+	ev.madeCall, ev.callStart = true, start
+	return res, start, err
+}
+
+// timed makes one call of the primary store, fn, under the one store
+// deadline, and records it as op on keys keys. It returns when the call
+// began (on the Limiter's clock), how long it took, and its error
+// classified: a store deadline missed wraps domain.ErrStoreTimeout; a
+// call still unanswered at the shed bound (Config.ShedAfter after it
+// began) wraps ErrOverloaded; a caller that gave up keeps its context's
+// error. The store deadline counts the store's time only (storetime.go,
+// docs/adr/008): the time the service could not run is given back, and
+// for a store that queues its calls (ports.Dispatcher) it starts when the
+// call is sent. Every store call of a decision, a split decision's
+// sides, Settle and Renew go through here.
+func (l *Limiter) timed(ctx context.Context, op ports.StoreOp, keys int, fn func(ctx context.Context) error) (start time.Time, took time.Duration, err error) {
+	start = l.clock.Now()
+	wallStart := l.wall(start)
+	shedAt := wallStart.Add(l.cfg.ShedAfter)
 	why := endNone
 	if l.storeWaits.Load() {
 		// A store that waits on the deadline (Redis) gets the store-time
 		// context.
-		sctx := newStoreTime(ctx, l.lag, wallStart, l.cfg.StoreTimeout, wallStart.Add(l.cfg.ShedAfter))
-		res, err = l.storeCall(sctx, op, ev, limits)
-		end = l.clock.Now()
+		sctx := newStoreTime(ctx, l.lag, wallStart, l.cfg.StoreTimeout, shedAt, l.dispatching)
+		err = fn(sctx)
+		took = l.clock.Now().Sub(start)
 		why = sctx.stop()
 	} else {
 		// The deadline's timer starts only if the store waits on it
 		// (deadline.go); if it does, the next calls take the store-time
 		// context.
-		sctx := newStoreContext(ctx, wallStart.Add(l.cfg.StoreTimeout)).storeTime(l.lag, wallStart, wallStart.Add(l.cfg.ShedAfter))
-		res, err = l.storeCall(sctx, op, ev, limits)
-		end = l.clock.Now()
+		sctx := newStoreContext(ctx, wallStart.Add(l.cfg.StoreTimeout)).storeTime(l.lag, wallStart, shedAt, l.dispatching)
+		err = fn(sctx)
+		end := l.clock.Now()
+		took = end.Sub(start)
 		sctx.stop(l.wall(end))
 		why = sctx.why()
 		if sctx.armed.Load() {
 			l.storeWaits.Store(true)
 		}
 	}
-	ev.latency = end.Sub(start)
-	ev.madeCall, ev.callStart = true, start
 	err = classifyEnd(err, why)
-	l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: op, Start: start, Latency: ev.latency, Keys: ev.n, Err: err})
-	return res, start, err
+	l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: op, Start: start, Latency: took, Keys: keys, Err: err})
+	return start, took, err
 }
 
 // classifyEnd is classify for a call whose store-time context ended for

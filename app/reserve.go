@@ -352,15 +352,11 @@ func (l *Limiter) eachPart(ctx context.Context, r *Reservation, op ports.StoreOp
 	return errs
 }
 
-// timedCall makes one call of the primary store under the store deadline,
-// records it and accounts its outcome to node's breaker. It returns the
-// call's error, classified (see classify), and a Recorder failure met on
-// the way (a health transition the outcome caused).
+// timedCall makes one call of the primary store (timed) and accounts its
+// outcome to node's breaker. It returns the call's error, classified, and
+// a Recorder failure met on the way (a health transition the outcome
+// caused).
 func (l *Limiter) timedCall(ctx context.Context, op ports.StoreOp, node string, keys int, fn func(ctx context.Context) error) (err, transErr error) {
-	start := l.clock.Now()
-	sctx, cancel := context.WithDeadline(ctx, l.wall(start).Add(l.cfg.StoreTimeout))
-	err = classify(fn(sctx))
-	cancel()
-	l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: op, Start: start, Latency: l.clock.Now().Sub(start), Keys: keys, Err: err})
+	start, _, err := l.timed(ctx, op, keys, fn)
 	return err, l.storeOutcome(ctx, node, start, err)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/ports"
 )
 
 // The store deadline is the store's (docs/adr/008-failure-classes-and-breaker.md,
@@ -59,10 +60,12 @@ type lagMeter struct {
 	polled  atomic.Int64 // ns the polled witness waited, since the meter began
 	last    atomic.Int64 // wall ns of the ticking goroutine's last look
 	pending atomic.Int64 // wall ns of the byte the polled goroutine has not read yet; 0 without
-	// stalls keeps the latest stalls (their end and length, ns) for
-	// longest: what one call's waits cannot exceed.
-	stalls  [lagStalls]atomic.Pointer[stallRec]
-	nstalls atomic.Uint64
+	// polledWrite is when the byte the polled goroutine read last was
+	// written (wall ns).
+	polledWrite atomic.Int64
+	// stalls keeps the stalls of the last lagMemory for longest: what
+	// one call's waits cannot exceed.
+	stalls  stallLog
 	users   atomic.Int64
 	running atomic.Bool
 	closed  atomic.Bool
@@ -70,19 +73,76 @@ type lagMeter struct {
 	wg      sync.WaitGroup
 }
 
-// lagStalls is how many stalls the meter keeps for longest: more than a
-// store call under ShedAfter meets (a stall lasts 5 ms or more).
-const lagStalls = 256
-
 // lagHops is how many times one store call waits for the service to run
 // it: the batch's goroutine or the caller, the client's writer, the
 // reply's reader, the caller's wakeup.
 const lagHops = 4
 
-// stallRec is one stall a witness counted.
-type stallRec struct{ end, dur int64 }
+// newLagMeter returns a meter that remembers the stalls of the last
+// memory: at least the longest a call it measures can last (the shed
+// bound).
+func newLagMeter(memory time.Duration) *lagMeter {
+	m := &lagMeter{stop: make(chan struct{})}
+	m.stalls.init(memory)
+	return m
+}
 
-func newLagMeter() *lagMeter { return &lagMeter{stop: make(chan struct{})} }
+// stallLog keeps the longest stall that ended in each span of width of
+// the last memory: a record bounded by time, not by a count of stalls,
+// which a busy process (a stall every few milliseconds on each witness)
+// would fill long before its longest call ends, forgetting the call's
+// early stalls (issue 35). Its methods are safe for simultaneous use.
+type stallLog struct {
+	mu     sync.Mutex
+	width  int64        // ns per span
+	spans  []stallRec   // span b is at spans[b%len(spans)] while it is b
+	latest atomic.Int64 // the latest end recorded
+}
+
+// latestEnd is when the latest stall recorded ended (wall ns; 0: none).
+func (s *stallLog) latestEnd() int64 { return s.latest.Load() }
+
+// stallRec is the longest stall that ended in span b: its end and length
+// (ns).
+type stallRec struct{ b, end, dur int64 }
+
+// stallSpans is how many spans a stallLog keeps; their width is
+// memory/stallSpans, and never under lagStall.
+const stallSpans = 512
+
+func (s *stallLog) init(memory time.Duration) {
+	s.width = max(int64(memory)/stallSpans+1, int64(lagStall))
+	s.spans = make([]stallRec, int64(memory)/s.width+2)
+}
+
+// add records a stall of dur ns that ended at end (ns).
+func (s *stallLog) add(end, dur int64) {
+	b := end / s.width
+	s.mu.Lock()
+	r := &s.spans[b%int64(len(s.spans))]
+	if r.b != b || dur > r.dur {
+		*r = stallRec{b: b, end: end, dur: dur}
+	}
+	s.latest.Store(max(s.latest.Load(), end))
+	s.mu.Unlock()
+}
+
+// longest is the longest stall, or part of one, that ended after start
+// (ns), as far as the log remembers: within a span the longest stall
+// stands for the others.
+func (s *stallLog) longest(start int64) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first, last := start/s.width, s.latest.Load()/s.width
+	first = max(first, last-int64(len(s.spans))+1)
+	var worst int64
+	for b := first; b <= last; b++ {
+		if r := s.spans[b%int64(len(s.spans))]; r.b == b && r.end > start {
+			worst = max(worst, min(r.dur, r.end-start))
+		}
+	}
+	return worst
+}
 
 // lagMark is what each witness had counted at one instant.
 type lagMark struct{ ticked, polled int64 }
@@ -180,26 +240,31 @@ func (m *lagMeter) poll(r *os.File) {
 		if p := m.pending.Swap(0); p != 0 {
 			t := time.Now().UnixNano()
 			m.polled.Add(m.stall(t, stalled(t-p)))
+			m.polledWrite.Store(p)
 		}
 	}
 }
 
 // overdue reports whether a witness is in a stall at wall instant t
 // (ns): the service cannot run a goroutine woken by a timer or by the
-// network poller now.
+// network poller now; or whether the network poller has not run since
+// the latest stall ended (no byte written after it was read yet): a
+// reply that came during the stall may still wait in its socket, its
+// reader not woken yet, as the service resumes.
 func (m *lagMeter) overdue(t int64) bool {
 	if !m.running.Load() {
 		return false
 	}
 	p := m.pending.Load()
-	return stalled(t-m.last.Load()) > 0 || (p != 0 && stalled(t-p) > 0)
+	return stalled(t-m.last.Load()) > 0 || (p != 0 && stalled(t-p) > 0) ||
+		m.polledWrite.Load() < m.stalls.latestEnd()
 }
 
 // stall records a stall of d ns that ended at t (none when d is 0) and
 // returns d.
 func (m *lagMeter) stall(t, d int64) int64 {
 	if d > 0 {
-		m.stalls[m.nstalls.Add(1)%lagStalls].Store(&stallRec{end: t, dur: d})
+		m.stalls.add(t, d)
 	}
 	return d
 }
@@ -207,12 +272,7 @@ func (m *lagMeter) stall(t, d int64) int64 {
 // longest is the longest stall, or part of one, since wall instant
 // start (ns), up to t: the ones kept, and the waits the witnesses are in.
 func (m *lagMeter) longest(start, t int64) int64 {
-	var worst int64
-	for i := range m.stalls {
-		if r := m.stalls[i].Load(); r != nil && r.end > start {
-			worst = max(worst, min(r.dur, r.end-start))
-		}
-	}
+	worst := m.stalls.longest(start)
 	if m.running.Load() {
 		worst = max(worst, min(stalled(t-m.last.Load()), t-start))
 		if p := m.pending.Load(); p != 0 {
@@ -252,36 +312,54 @@ const (
 // used its budget of store time (endStore: at the shed bound too, when
 // the store had its budget by then), when the shed bound passes with the
 // store's budget not used up (endShed), or when the parent ends
-// (endCaller), whichever is first. Deadline reports the earliest instant
-// it may end (start + budget, or the parent's deadline if earlier): a
-// socket deadline set from it is the store deadline of a service that is
-// not starved. It is safe for simultaneous use.
+// (endCaller), whichever is first.
+//
+// Its Deadline is the latest instant it can end, the shed bound or the
+// parent's deadline if earlier, which is true of it: the end of the
+// store's budget moves later with every stall of the service, and no
+// fixed instant states it (ports/storetime.go). A store derives its own
+// bounds from the context, never from Deadline.
+//
+// For a store that queues calls before it sends them (ports.Dispatcher),
+// the budget starts when the store says the call is sent
+// (ports.Dispatched): until then only the parent and the shed bound end
+// the context. It is safe for simultaneous use.
 type storeTime struct {
 	parent context.Context
 	lag    *lagMeter
-	start  time.Time
-	base   lagMark
 	budget time.Duration
 	shedAt time.Time
 	dl     time.Time
 
-	done       chan struct{}
-	why        atomic.Int32
-	mu         sync.Mutex // guards err, timer re-arming and the end
+	done chan struct{}
+	why  atomic.Int32
+	mu   sync.Mutex // guards what follows, timer re-arming and the end
+	// start is when the budget started (the call's start, or its
+	// dispatch), base what the lag meter had counted then; waiting is
+	// set while the budget waits for the dispatch.
+	start      time.Time
+	base       lagMark
+	waiting    bool
+	sent       bool
+	progress   ports.Progress // the node's answers, once sent; nil without
 	err        error
 	timer      *time.Timer
 	stopParent func() bool
 	released   atomic.Bool // the lag meter, once
 }
 
-var _ context.Context = (*storeTime)(nil)
+var (
+	_ context.Context        = (*storeTime)(nil)
+	_ ports.DispatchNotifier = (*storeTime)(nil)
+)
 
 // newStoreTime starts a store call's context at wall instant start:
-// budget of store time, shed at shedAt.
-func newStoreTime(parent context.Context, lag *lagMeter, start time.Time, budget time.Duration, shedAt time.Time) *storeTime {
+// budget of store time, from start or, with dispatch set, from the
+// call's dispatch (ports.Dispatched); shed at shedAt.
+func newStoreTime(parent context.Context, lag *lagMeter, start time.Time, budget time.Duration, shedAt time.Time, dispatch bool) *storeTime {
 	c := &storeTime{
 		parent: parent, lag: lag, start: start, base: lag.acquire(), budget: budget, shedAt: shedAt,
-		dl: start.Add(budget), done: make(chan struct{}),
+		dl: shedAt, waiting: dispatch, done: make(chan struct{}),
 	}
 	if d, ok := parent.Deadline(); ok && d.Before(c.dl) {
 		c.dl = d
@@ -290,27 +368,75 @@ func newStoreTime(parent context.Context, lag *lagMeter, start time.Time, budget
 		c.end(endCaller, err)
 		return c
 	}
-	if !time.Now().Before(c.dl) {
-		// Born past its budget (as context.WithDeadline is born done).
+	first := time.Until(shedAt)
+	if !dispatch {
+		first = min(first, start.Add(budget).Sub(time.Now()))
+	}
+	if first <= 0 {
+		// Born past its budget or its bound (as context.WithDeadline is
+		// born done).
 		c.check()
 		if c.why.Load() != endNone {
 			c.stopParent = func() bool { return true }
 			return c
 		}
+		first = lagTick
 	}
 	c.mu.Lock()
-	c.timer = time.AfterFunc(min(budget, time.Until(shedAt)), c.check)
+	c.timer = time.AfterFunc(first, c.check)
 	c.mu.Unlock()
 	c.stopParent = context.AfterFunc(parent, func() { c.end(endCaller, parent.Err()) })
 	return c
+}
+
+// Dispatched marks the call sent now, to the node whose answers p
+// records: the budget of a context that waits for the dispatch starts
+// now, and from then on counts from the node's latest answer when it is
+// later (ports.Progress). Only the first call counts.
+func (c *storeTime) Dispatched(p ports.Progress) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sent || c.why.Load() != endNone {
+		return
+	}
+	c.sent, c.progress = true, p
+	if !c.waiting {
+		return
+	}
+	now := time.Now()
+	c.waiting = false
+	c.start, c.base = now, c.lag.now(now.UnixNano())
+	if c.timer != nil {
+		c.timer.Reset(max(min(c.budget, c.shedAt.Sub(now)), 0))
+	}
 }
 
 // check runs when the budget may be used: it ends the context, or
 // re-arms for the store time still due.
 func (c *storeTime) check() {
 	now := time.Now()
-	spent := now.Sub(c.start) - c.lagged()
+	c.mu.Lock()
+	waiting := c.waiting
+	lagged := c.laggedSince(c.start, c.base, now.UnixNano())
+	spent := now.Sub(c.start) - lagged
+	if c.progress != nil {
+		// The node answered the calls ahead of this one meanwhile, and is
+		// fast with a call that waits behind nothing: its time for this
+		// one starts at its latest answer, less the stalls since (no more
+		// than the call's, nor than lagHops times the longest since then).
+		if a, floor := c.progress.Answered(); a > c.start.UnixNano() && floor >= 0 && floor < c.budget {
+			since := min(lagged, time.Duration(lagHops*c.lag.longest(a, now.UnixNano())))
+			spent = min(spent, now.Sub(time.Unix(0, a))-since)
+		}
+	}
+	c.mu.Unlock()
 	switch {
+	case waiting:
+		// Queued in the store: no store time is spent yet.
+		if !now.Before(c.shedAt) {
+			c.end(endShed, context.DeadlineExceeded)
+			return
+		}
 	case spent >= c.budget && c.lag.overdue(now.UnixNano()) && now.Before(c.shedAt):
 		// The service cannot run right now: a reply may be waiting in
 		// the socket for a reader that has not been scheduled. Look
@@ -324,7 +450,11 @@ func (c *storeTime) check() {
 	}
 	c.mu.Lock()
 	if c.why.Load() == endNone && c.timer != nil {
-		c.timer.Reset(max(min(c.budget-spent, c.shedAt.Sub(now)), lagTick))
+		next := c.shedAt.Sub(now)
+		if !c.waiting {
+			next = min(c.budget-spent, next)
+		}
+		c.timer.Reset(max(next, lagTick))
 	}
 	c.mu.Unlock()
 }
@@ -359,20 +489,28 @@ func (c *storeTime) stop() int32 {
 	return c.why.Load()
 }
 
-// lagged is the time the service could not run since the context
-// started, as far as it delayed the call: the stalls the lag meter
+// lagged is the time the service could not run since the budget started,
+// as far as it delayed the call (laggedSince).
+func (c *storeTime) lagged() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.laggedSince(c.start, c.base, time.Now().UnixNano())
+}
+
+// laggedSince is the time the service could not run between start (when
+// the meter had counted base) and now (ns): the stalls the lag meter
 // counted, but no more than lagHops times the longest of them. A call
 // waits for the service a few times (lagHops), not at every tick: a
 // service that polls the network only every 10 ms (its cores busy)
 // stalls a witness at every tick, and the call's reply once.
-func (c *storeTime) lagged() time.Duration {
-	now := time.Now().UnixNano()
-	sum := c.base.since(c.lag.now(now))
-	return min(sum, time.Duration(lagHops*c.lag.longest(c.start.UnixNano(), now)))
+func (c *storeTime) laggedSince(start time.Time, base lagMark, now int64) time.Duration {
+	sum := base.since(c.lag.now(now))
+	return min(sum, time.Duration(lagHops*c.lag.longest(start.UnixNano(), now)))
 }
 
-// Deadline is the store deadline of a service that is not starved, or
-// the parent's if earlier.
+// Deadline is the latest instant the context can end: the shed bound,
+// or the parent's deadline if earlier. It ends earlier when the store has
+// used its budget (see storeTime).
 func (c *storeTime) Deadline() (time.Time, bool) { return c.dl, true }
 
 // Done is closed when the context ends.
@@ -390,5 +528,10 @@ func (c *storeTime) Err() error {
 	return c.err
 }
 
-// Value is the parent's.
-func (c *storeTime) Value(key any) any { return c.parent.Value(key) }
+// Value is the parent's, but for ports.DispatchKey: the context itself.
+func (c *storeTime) Value(key any) any {
+	if _, ok := key.(ports.DispatchKey); ok {
+		return c
+	}
+	return c.parent.Value(key)
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -40,7 +41,23 @@ type batcher struct {
 	mu       sync.Mutex
 	inflight int       // calls in flight; at batchInFlight newcomers queue
 	queue    []*waiter // in arrival order
+	// node is the answers' record of the node that serves the batcher's
+	// keys (progress.go).
+	node atomic.Pointer[nodeAnswers]
 }
+
+// A queued request is sent under its own caller's context or not at all
+// (docs/adr/018, "Deadlines"). Its state moves once, from queued: to sent
+// by the batch that carries it, or to left by its caller giving up (or
+// by the batch, finding its caller gone): whichever comes first. A
+// request that left unsent ran nothing (ports.ErrNotRun); one whose
+// caller gave up once it was sent may have run (ports.ErrInFlight), as a
+// call abandoned on its deadline may.
+const (
+	waitQueued int32 = iota
+	waitSent
+	waitLeft
+)
 
 // waiter is one queued request: its call's KEYS and ARGV, and what came
 // back for it.
@@ -48,11 +65,31 @@ type waiter struct {
 	ctx        context.Context
 	keys, args []string
 	done       chan struct{}
-	// resp is its reply (or the batch's error); alone asks it to send
-	// its own call (the batch was refused before it ran: TRYAGAIN, a
-	// redirection past the bound).
-	resp  rueidis.RedisResult
-	alone bool
+	state      atomic.Int32
+	// flight is the batch call that carries it, set before it is sent
+	// (nil when it went alone).
+	flight *flight
+	resp   rueidis.RedisResult
+}
+
+// flight is one batch call in flight. Its context ends when every
+// request it carries has been left by its caller: a batch runs no longer
+// than its longest-waiting caller, and never on a deadline of its own
+// that a caller's store time could not vouch for (a deadline read from
+// the callers' contexts is not the instant they end: ports/storetime.go).
+type flight struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	// waiting counts the requests still waiting for its answer, plus
+	// one that runBatch holds while it fills the batch.
+	waiting atomic.Int32
+}
+
+// leave is called once by each request that stops waiting for f.
+func (f *flight) leave() {
+	if f.waiting.Add(-1) == 0 {
+		f.cancel()
+	}
 }
 
 var waiters = sync.Pool{New: func() any { return &waiter{done: make(chan struct{}, 1)} }}
@@ -60,15 +97,15 @@ var waiters = sync.Pool{New: func() any { return &waiter{done: make(chan struct{
 // send runs one request's call: alone when its batcher has a call to
 // spare (or batching is off), else in the next batch.
 func (s *Store) send(ctx context.Context, keys, args []string) rueidis.RedisResult {
-	if s.maxBatch <= 1 {
-		return s.exec(ctx, keys, args)
-	}
 	b := s.batcherFor(keys[0])
+	if s.maxBatch <= 1 {
+		return s.exec(ctx, b, keys, args)
+	}
 	b.mu.Lock()
 	if b.inflight < batchInFlight {
 		b.inflight++
 		b.mu.Unlock()
-		resp := s.exec(ctx, keys, args)
+		resp := s.exec(ctx, b, keys, args)
 		s.next(b)
 		return resp
 	}
@@ -79,24 +116,32 @@ func (s *Store) send(ctx context.Context, keys, args []string) rueidis.RedisResu
 	select {
 	case <-w.done:
 	case <-ctx.Done():
-		// Gone before its answer. The batch may carry it still (its
-		// script may run, as a call abandoned on its deadline may), so
-		// the waiter is left to it and never reused.
-		return rueidis.NewErrorResult(ctx.Err())
+		// Gone before its answer. The waiter stays with its batch (which
+		// may still hold it) and is never reused.
+		if w.state.CompareAndSwap(waitQueued, waitLeft) || w.state.Load() == waitLeft {
+			return rueidis.NewErrorResult(notSent(ctx))
+		}
+		if w.flight != nil {
+			w.flight.leave()
+		}
+		return rueidis.NewErrorResult(fmt.Errorf("%w: %w", ports.ErrInFlight, ctx.Err()))
 	}
-	resp := s.answer(ctx, w)
-	*w = waiter{done: w.done}
+	resp := s.classify(ctx, w.keys, w.resp)
+	w.reset()
 	waiters.Put(w)
 	return resp
 }
 
-// answer is what a batch brought w, classified as a call of its own
-// would be; when Redis ran none of the batch, w's own call.
-func (s *Store) answer(ctx context.Context, w *waiter) rueidis.RedisResult {
-	if w.alone {
-		return s.exec(ctx, w.keys, w.args)
-	}
-	return s.classify(ctx, w.keys, w.resp)
+// reset readies w for reuse.
+func (w *waiter) reset() {
+	w.ctx, w.keys, w.args, w.flight, w.resp = nil, nil, nil, nil, rueidis.RedisResult{}
+	w.state.Store(waitQueued)
+}
+
+// notSent is the error of a request whose caller gave up before it was
+// sent: it ran nothing.
+func notSent(ctx context.Context) error {
+	return fmt.Errorf("%w: its caller gave up while it waited in the store's queue: %w", ports.ErrNotRun, ctx.Err())
 }
 
 // Batched returns the batch calls the store has sent (calls of two
@@ -105,6 +150,12 @@ func (s *Store) answer(ctx context.Context, w *waiter) rueidis.RedisResult {
 func (s *Store) Batched() (calls, requests uint64) {
 	return s.batchCalls.Load(), s.batchRequests.Load()
 }
+
+// Dispatches reports whether the store may queue a call before sending
+// it (ports.Dispatcher): whenever batching is on. It then calls
+// ports.Dispatched on every call's context as it sends it, and the store
+// deadline of an app.Limiter's call starts there.
+func (s *Store) Dispatches() bool { return s.maxBatch > 1 }
 
 // batcherFor returns the batcher of key's node: the one batcher of a
 // standalone server, the batcher of key's slot on a cluster.
@@ -145,41 +196,48 @@ func (s *Store) drain(b *batcher) {
 		clear(b.queue[rest:])
 		b.queue = b.queue[:rest]
 		b.mu.Unlock()
-		s.runBatch(batch)
+		s.runBatch(b, batch, nil)
 		clear(batch)
 	}
 }
 
-// runBatch sends the requests of batch still awaited as one call (or, if
-// one, alone) and hands each its reply.
-func (s *Store) runBatch(batch []*waiter) {
+// runBatch sends the requests of batch whose callers still wait as one
+// call (or, if one, alone) and hands each its reply, in order. shared,
+// when set, is the one context of every request (EvaluateBatch): the
+// call runs under it. Otherwise the call runs until it answers or every
+// request it carries has been left by its caller (flight).
+func (s *Store) runBatch(b *batcher, batch []*waiter, shared context.Context) {
+	f := &flight{ctx: shared, cancel: func() {}}
+	if shared == nil {
+		f.ctx, f.cancel = context.WithCancel(context.Background())
+	}
+	defer f.cancel()
+	f.waiting.Store(1)
 	live := batch[:0]
-	var latest time.Time
 	for _, w := range batch {
+		w.flight = f
 		if w.ctx.Err() != nil {
-			// Its caller is gone and nothing was sent: it never runs.
+			// Its caller is gone: it is never sent.
+			w.state.CompareAndSwap(waitQueued, waitLeft)
+			continue
+		}
+		f.waiting.Add(1)
+		if !w.state.CompareAndSwap(waitQueued, waitSent) {
+			f.waiting.Add(-1)
 			continue
 		}
 		live = append(live, w)
-		if dl, ok := w.ctx.Deadline(); ok && dl.After(latest) {
-			latest = dl
-		}
 	}
-	if len(live) == 1 {
+	f.leave() // the hold: from now on the last caller to leave ends it
+	switch len(live) {
+	case 0:
+		return
+	case 1:
 		w := live[0]
-		w.resp = s.exec(w.ctx, w.keys, w.args)
-		w.alone = false
+		w.resp = s.exec(w.ctx, b, w.keys, w.args)
 		w.done <- struct{}{}
 		return
 	}
-	if len(live) == 0 {
-		return
-	}
-	// One call for them all, under the latest of their deadlines (every
-	// call has one: Store.deadline); a request whose own deadline passes
-	// first stops waiting for it.
-	ctx, cancel := context.WithDeadline(context.Background(), latest)
-	defer cancel()
 	sizes := make([]byte, 0, 2*len(live))
 	nk, na := 0, 1
 	for _, w := range live {
@@ -188,18 +246,31 @@ func (s *Store) runBatch(batch []*waiter) {
 	}
 	keys, args := make([]string, 0, nk), make([]string, 1, na)
 	args[0] = string(sizes)
+	node := b.node.Load()
 	for _, w := range live {
 		keys = append(keys, w.keys...)
 		args = append(args, w.args...)
+		if shared == nil {
+			ports.Dispatched(w.ctx, node)
+		}
+	}
+	if shared != nil {
+		ports.Dispatched(shared, node)
 	}
 	s.batchCalls.Add(1)
 	s.batchRequests.Add(uint64(len(live)))
-	resp := s.batch.Exec(ctx, s.client, keys, args)
+	sent := time.Now().UnixNano()
+	resp := s.batch.Exec(f.ctx, s.client, keys, args)
+	if resp.NonRedisError() == nil {
+		node.answered(sent)
+	}
 	if re, ok := rueidis.IsRedisErr(resp.Error()); ok && (re.IsTryAgain() || isRedirection(re)) {
 		// Redis ran none of it: each request goes on its own, with its
-		// own retries and deadline, never a batch-wide failure.
+		// own retries and deadline, never a batch-wide failure, and in
+		// arrival order, before any later request of the node's queue
+		// (ports.Batcher's order).
 		for _, w := range live {
-			w.alone = true
+			w.resp = s.exec(w.ctx, b, w.keys, w.args)
 			w.done <- struct{}{}
 		}
 		return
@@ -261,7 +332,7 @@ func (s *Store) EvaluateBatch(ctx context.Context, now time.Time, reqs [][]domai
 			g := groups[b]
 			for len(g) > 0 {
 				k := min(len(g), max(s.maxBatch, 1))
-				s.runBatch(g[:k])
+				s.runBatch(b, g[:k], cctx)
 				g = g[k:]
 			}
 		})
@@ -272,12 +343,12 @@ func (s *Store) EvaluateBatch(ctx context.Context, now time.Time, reqs [][]domai
 			continue
 		}
 		var resp rueidis.RedisResult
-		select {
-		case <-w.done:
-			resp = s.answer(cctx, w)
-		default:
-			// Left out of its batch: its deadline passed before it went.
-			resp = rueidis.NewErrorResult(cctx.Err())
+		if w.state.Load() == waitLeft {
+			// Left out of its batch: the deadline passed before it went.
+			resp = rueidis.NewErrorResult(notSent(cctx))
+		} else {
+			<-w.done
+			resp = s.classify(cctx, w.keys, w.resp)
 		}
 		if resp.NonRedisError() == nil {
 			defer s.bufs.Put(bufs[i])

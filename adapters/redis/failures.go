@@ -60,13 +60,31 @@ const (
 // TRYAGAIN within ctx's deadline, and turns what rueidis returns for
 // redirections past the bound and for a key of the wrong type into errors
 // of their class. Every other outcome is returned as it came.
-func (s *Store) exec(ctx context.Context, keys, args []string) rueidis.RedisResult {
+//
+// The call is sent now, to the node b's keys live on: exec tells ctx so
+// (ports.Dispatched, with the node's answers, progress.go), and a call
+// whose caller is already gone is not sent (ports.ErrNotRun). A call
+// whose caller gives up once it is sent may have run: its error wraps
+// ports.ErrInFlight.
+func (s *Store) exec(ctx context.Context, b *batcher, keys, args []string) rueidis.RedisResult {
+	if ctx.Err() != nil {
+		return rueidis.NewErrorResult(notSent(ctx))
+	}
+	node := b.node.Load()
+	ports.Dispatched(ctx, node)
 	wait := tryAgainFirstWait
 	for {
+		sent := time.Now().UnixNano()
 		resp := s.script.Exec(ctx, s.client, keys, args)
+		if resp.NonRedisError() == nil {
+			node.answered(sent)
+		}
 		re, ok := rueidis.IsRedisErr(resp.Error())
 		if !ok {
 			// A success, or no reply of Redis' own: the script may have run.
+			if err := resp.Error(); err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+				return rueidis.NewErrorResult(fmt.Errorf("%w: %w", ports.ErrInFlight, err))
+			}
 			return resp
 		}
 		if re.IsTryAgain() {

@@ -58,6 +58,7 @@ func (s *Store) Prober() *Prober {
 		defer cancel()
 		if t, err := p.readSlots(ctx); err == nil {
 			p.topo.Store(t)
+			s.learnSlots(t)
 		}
 	}
 	return p
@@ -336,6 +337,7 @@ func (p *Prober) ProbeNodes(ctx context.Context) ([]ports.NodeProbe, error) {
 		return nil, fmt.Errorf("reading the slot map: %w", s.mapErr(ctx, cctx, err, whose))
 	}
 	p.topo.Store(t)
+	s.learnSlots(t)
 	out := make([]ports.NodeProbe, 0, len(t.probeKeys))
 	var mu sync.Mutex
 	var wg sync.WaitGroup

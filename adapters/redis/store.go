@@ -110,6 +110,7 @@ type Store struct {
 	batch     *rueidis.Lua // lua.BatchV5
 	maxBatch  int
 	batchers  []batcher // one (standalone) or one per slot (cluster)
+	records   nodeRecords
 
 	batchCalls, batchRequests atomic.Uint64 // Batched
 	timeout                   time.Duration
@@ -306,6 +307,7 @@ func (s *Store) makeBatchers() {
 		n = slotCount
 	}
 	s.batchers = make([]batcher, n)
+	s.initAnswers()
 }
 
 // Client returns the underlying rueidis client, e.g. for a health check
@@ -663,14 +665,24 @@ func (s *Store) mapErr(ctx, cctx context.Context, err error, whose string) error
 	case errors.Is(ctx.Err(), context.Canceled),
 		cctx.Err() == nil && errors.Is(err, context.Canceled):
 		// The caller gave up: not the store's failure.
-		return fmt.Errorf("sluice redis: %w", context.Canceled)
+		return keepInFlight(fmt.Errorf("sluice redis: %w", context.Canceled), err)
 	case cctx.Err() != nil, deadlinePassed(cctx),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
 		// A socket deadline set from the context's may fire a hair before
 		// the context's own timer marks it done: deadlinePassed.
-		return fmt.Errorf("%w: no answer within %s: %w", domain.ErrStoreTimeout, whose, context.DeadlineExceeded)
+		return keepInFlight(fmt.Errorf("%w: no answer within %s: %w", domain.ErrStoreTimeout, whose, context.DeadlineExceeded), err)
 	}
 	return fmt.Errorf("%w: %w", domain.ErrStoreUnavailable, err)
+}
+
+// keepInFlight is mapped, the error mapErr made of err, still saying
+// that the call was sent when its caller gave up (ports.ErrInFlight): it
+// may have run.
+func keepInFlight(mapped, err error) error {
+	if errors.Is(err, ports.ErrInFlight) {
+		return fmt.Errorf("%w: %w", mapped, ports.ErrInFlight)
+	}
+	return mapped
 }
 
 func deadlinePassed(ctx context.Context) bool {

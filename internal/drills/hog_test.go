@@ -16,9 +16,8 @@ import (
 // processes beside a service at peak do.
 const hogEnv = "SLUICE_DRILL_HOG"
 
-// hogSpinners is how many goroutines the hog spins: the machine's two
-// cores.
-const hogSpinners = 2
+// hogSpinners is how many goroutines the hog spins: one per core.
+var hogSpinners = runtime.NumCPU()
 
 // hog spins hogSpinners goroutines for the duration v says, then returns
 // the exit code: the process ends by itself even if the drill that
