@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,7 +66,7 @@ func Stores(cfg app.Config) (primary, fallback ports.Store, kind string, closeAl
 	kind = "local (embedded: one instance's counts)"
 	if cfg.RedisURL != "" {
 		primary, err = redis.New(redis.Config{URL: cfg.RedisURL})
-		kind = "redis " + RedactedURL(cfg.RedisURL)
+		kind = "redis " + app.RedactURL(cfg.RedisURL)
 	} else {
 		primary, err = local.New(local.Config{})
 	}
@@ -76,15 +75,6 @@ func Stores(cfg app.Config) (primary, fallback ports.Store, kind string, closeAl
 		return nil, nil, "", nil, err
 	}
 	return primary, fallback, kind, func() { _ = primary.Close(); _ = fallback.Close() }, nil
-}
-
-// RedactedURL hides a password in a Redis URL.
-func RedactedURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }
 
 // Recorder returns the service's Recorder: metrics on a registry of its own
