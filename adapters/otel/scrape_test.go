@@ -170,3 +170,18 @@ func TestStoreDeadlineFollowsTheLimiter(t *testing.T) {
 	fams := scrape(t, e.srv.URL, "")
 	assert.Equal(t, map[string]float64{"instance_id=" + cfg.InstanceID: 0.08}, series(fams["sluice_store_deadline_seconds"]))
 }
+
+// TestStoreEmbedded: store_embedded says whether the primary store is
+// the embedded one (38.3): 1 with Config.EmbeddedStore, 0 without.
+func TestStoreEmbedded(t *testing.T) {
+	for _, embedded := range []bool{false, true} {
+		cfg := testConfig()
+		e := newEnv(t, cfg, func(c *otel.Config) { c.EmbeddedStore = embedded })
+		fams := scrape(t, e.srv.URL, "")
+		want := 0.0
+		if embedded {
+			want = 1
+		}
+		assert.Equal(t, map[string]float64{"instance_id=" + cfg.InstanceID: want}, series(fams["sluice_store_embedded"]), "embedded %t", embedded)
+	}
+}

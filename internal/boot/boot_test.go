@@ -40,4 +40,3 @@ func TestConfigSecret(t *testing.T) {
 		}
 	})
 }
-

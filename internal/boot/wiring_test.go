@@ -2,6 +2,7 @@ package boot
 
 import (
 	"bytes"
+	"io"
 	"testing"
 
 	"github.com/sluicehq/sluice/app"
@@ -30,7 +31,7 @@ func TestWiringOnRedisIsComplete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	primary, fallback, _, closeAll, err := Stores(cfg)
+	primary, fallback, _, closeAll, err := Stores(RedisConfig(cfg), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
