@@ -78,6 +78,7 @@ func TestScrapeAfterScript(t *testing.T) {
 	assert.ElementsMatch(t, []string{
 		"sluice_decisions_total", "sluice_rejected_total", "sluice_system_state_changes_total",
 		"sluice_system_state", "sluice_breaker_open", "sluice_store_latency_seconds", "sluice_store_deadline_seconds",
+		"sluice_store_embedded",
 	}, names, "no scope labels, no target_info, nothing else")
 
 	dec := func(state, profile, family, cause string) string {

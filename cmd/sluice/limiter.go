@@ -207,6 +207,13 @@ func openStore(cfg app.Config, dial time.Duration) (ports.Store, error) {
 		where = "cluster " + strings.Join(addrs, ",")
 	}
 	st, err := redis.New(rc)
+	if err == nil {
+		// A service starts unconnected and degraded during an outage; an
+		// operator's command has nothing to do without the store.
+		if err = st.Ready(); err != nil {
+			_ = st.Close()
+		}
+	}
 	if err != nil {
 		return nil, fail(exitStore, fmt.Errorf("store unreachable (%s): %w", where, err))
 	}
