@@ -178,12 +178,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	for _, w := range append(warnings, unreadWarnings(os.Environ())...) {
 		fmt.Fprintln(stderr, "warning:", w)
 	}
-	primary, fallback, kind, closeStores, err := boot.Stores(rc, stderr)
+	primary, fallback, kind, closeStores, err := boot.OpenStores(rc, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeStores()
-	rec, err := boot.Recorder(cfg, rc == nil, stderr)
+	rec, err := boot.Recorder(cfg, stderr, boot.EmbeddedStore(rc == nil))
 	if err != nil {
 		return err
 	}

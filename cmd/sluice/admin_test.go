@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -51,11 +50,11 @@ func startService(t *testing.T, configFile string, env map[string]string) servic
 	// (docs/adr/005): 1 ms, so that it asks Redis again at once after the
 	// reset rather than within the default second.
 	cfg.RefusalCacheTTL = time.Millisecond
-	primary, fallback, _, closeStores, err := boot.Stores(boot.RedisConfig(cfg), io.Discard)
+	primary, fallback, _, closeStores, err := boot.Stores(cfg)
 	require.NoError(t, err)
 	t.Cleanup(closeStores)
 	var logs bytes.Buffer
-	rec, err := boot.Recorder(cfg, boot.RedisConfig(cfg) == nil, &logs)
+	rec, err := boot.Recorder(cfg, &logs)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = rec.Close() })
 	lim, err := boot.Limiter(cfg, primary, fallback, rec, &logs)

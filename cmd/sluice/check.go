@@ -261,7 +261,7 @@ func describeApp(out *checkOut, cfg app.Config, data []byte, exposed []string, n
 		return 0, err
 	}
 	defer fallback.Close()
-	rec, err := boot.Recorder(cfg, false, io.Discard)
+	rec, err := boot.Recorder(cfg, io.Discard)
 	if err != nil {
 		return 0, err
 	}

@@ -171,7 +171,7 @@ func open(t *target, withStore bool, logs io.Writer, stderr io.Writer) (*session
 		return nil, err
 	}
 	s.closers = append(s.closers, func() { _ = primary.Close() })
-	rec, err := boot.Recorder(cfg, false, logs)
+	rec, err := boot.Recorder(cfg, logs)
 	if err != nil {
 		s.close()
 		return nil, err

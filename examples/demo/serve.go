@@ -81,7 +81,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	rc := boot.RedisConfig(cfg)
-	primary, fallback, kind, closeStores, err := boot.Stores(rc, stderr)
+	primary, fallback, kind, closeStores, err := boot.OpenStores(rc, stderr)
 	if err != nil {
 		return err
 	}
@@ -93,7 +93,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		primary = outage
 	}
-	rec, err := boot.Recorder(cfg, rc == nil, stderr)
+	rec, err := boot.Recorder(cfg, stderr, boot.EmbeddedStore(rc == nil))
 	if err != nil {
 		return err
 	}

@@ -72,14 +72,20 @@ func RedisConfig(cfg app.Config) *redis.Config {
 	return &redis.Config{URL: cfg.RedisURL}
 }
 
-// Stores opens the primary store and the in-process fallback: Redis as
-// rc says, else (rc nil) the embedded local store, one instance's
+// Stores is OpenStores on cfg's Redis (RedisConfig), its warnings
+// dropped.
+func Stores(cfg app.Config) (primary, fallback ports.Store, kind string, closeAll func(), err error) {
+	return OpenStores(RedisConfig(cfg), io.Discard)
+}
+
+// OpenStores opens the primary store and the in-process fallback: Redis
+// as rc says, else (rc nil) the embedded local store, one instance's
 // counts, which it says on w since replicas would multiply every limit.
 // Redis that does not answer yet is no error (redis.New): the store
 // connects when it answers, the Limiter starts DEGRADED meanwhile, and
 // w says so. kind describes the primary for a banner, no password shown;
 // closeAll closes both.
-func Stores(rc *redis.Config, w io.Writer) (primary, fallback ports.Store, kind string, closeAll func(), err error) {
+func OpenStores(rc *redis.Config, w io.Writer) (primary, fallback ports.Store, kind string, closeAll func(), err error) {
 	if fallback, err = local.New(local.Config{}); err != nil {
 		return nil, nil, "", nil, err
 	}
@@ -120,19 +126,28 @@ func describe(rc redis.Config) string {
 }
 
 // Recorder returns the service's Recorder: metrics on a registry of its own
-// (served by its Handler; sluice_store_embedded says whether the primary
-// store is the embedded one) and the application and security-audit log
-// channels as text on w.
-func Recorder(cfg app.Config, embedded bool, w io.Writer) (*otel.Recorder, error) {
+// (served by its Handler) and the application and security-audit log
+// channels as text on w. opts adjust its configuration (EmbeddedStore).
+func Recorder(cfg app.Config, w io.Writer, opts ...func(*otel.Config)) (*otel.Recorder, error) {
 	cfg = cfg.WithDefaults()
 	logs := slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})
-	return otel.New(otel.Config{
-		InstanceID:    cfg.InstanceID,
-		Registry:      prometheus.NewRegistry(),
-		AppLog:        slog.New(logs).With("channel", "app"),
-		AuditLog:      slog.New(logs).With("channel", "audit"),
-		EmbeddedStore: embedded,
-	})
+	oc := otel.Config{
+		InstanceID: cfg.InstanceID,
+		Registry:   prometheus.NewRegistry(),
+		AppLog:     slog.New(logs).With("channel", "app"),
+		AuditLog:   slog.New(logs).With("channel", "audit"),
+	}
+	for _, o := range opts {
+		o(&oc)
+	}
+	return otel.New(oc)
+}
+
+// EmbeddedStore is a Recorder option: on says that the primary store is
+// the embedded one (OpenStores without Redis), which
+// sluice_store_embedded exports.
+func EmbeddedStore(on bool) func(*otel.Config) {
+	return func(c *otel.Config) { c.EmbeddedStore = on }
 }
 
 // Limiter builds the Limiter on the stores and rec, and prints its boot

@@ -2,7 +2,6 @@ package boot
 
 import (
 	"bytes"
-	"io"
 	"testing"
 
 	"github.com/sluicehq/sluice/app"
@@ -31,7 +30,7 @@ func TestWiringOnRedisIsComplete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	primary, fallback, _, closeAll, err := Stores(RedisConfig(cfg), io.Discard)
+	primary, fallback, _, closeAll, err := Stores(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

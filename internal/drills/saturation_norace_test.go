@@ -193,7 +193,7 @@ func startRLS(t *testing.T, addr string) (*rlsClient, *burstRecorder) {
 	if err != nil {
 		t.Fatalf("boot.Config: %v", err)
 	}
-	primary, fallback, _, closeStores, err := boot.Stores(boot.RedisConfig(cfg), io.Discard)
+	primary, fallback, _, closeStores, err := boot.Stores(cfg)
 	if err != nil {
 		t.Fatalf("boot.Stores: %v", err)
 	}
