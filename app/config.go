@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net/url"
 	"os"
 	"reflect"
 	"regexp"
@@ -107,13 +109,42 @@ func (s Secret) String() string {
 // GoString returns a redacted placeholder.
 func (s Secret) GoString() string { return strconv.Quote(s.String()) }
 
+// RedactURL returns raw with the password of its user information
+// replaced by "xxxxx" (url.URL.Redacted), for a log line, a banner or an
+// error. A string that does not parse as a URL with user information but
+// holds an "@" keeps only what follows its last "@": no form of a URL
+// shows its credentials.
+func RedactURL(raw string) string {
+	if u, err := url.Parse(raw); err == nil && (u.User != nil || !strings.Contains(raw, "@")) {
+		return u.Redacted()
+	}
+	if i := strings.LastIndex(raw, "@"); i >= 0 {
+		return "xxxxx@" + raw[i+1:]
+	}
+	return raw
+}
+
+// Format prints c as fmt prints any struct, with RedisURL's password
+// redacted (RedactURL) and HMACSecret hidden (Secret), so that a Config
+// can be logged with %v, %+v or %#v (the type then reads app.printed).
+func (c Config) Format(f fmt.State, verb rune) {
+	type printed Config // without methods: fmt prints its fields
+	c.RedisURL = RedactURL(c.RedisURL)
+	fmt.Fprintf(f, fmt.FormatString(f, verb), printed(c))
+}
+
+// LogValue is what log/slog writes of a Config, with either handler:
+// its %+v, credentials redacted (see Format).
+func (c Config) LogValue() slog.Value { return slog.StringValue(fmt.Sprintf("%+v", c)) }
+
 // Config is the whole configuration of a Limiter: loaded once at boot from
 // YAML plus environment, validated, never reloaded (a change is a restart:
 // docs/adr/005). Zero durations and counts mean the documented defaults;
 // there is no per-identifier allow list or bypass, by design.
 type Config struct {
 	// RedisURL is the primary store's address (REDIS_URL). The Limiter does
-	// not dial it: the composition root builds the store from it.
+	// not dial it: the composition root builds the store from it. A
+	// printed Config shows it without its password (Format).
 	RedisURL string `yaml:"redis_url" validate:"omitempty,url"`
 	// HMACSecret is 32 bytes as 64 hex characters (RATE_LIMIT_HMAC_SECRET).
 	// It has no default: boot fails without it. Rotating it resets every

@@ -46,6 +46,17 @@ func (l *Limiter) healthLoop() {
 	}
 }
 
+// firstProbe runs one probe round before the Limiter serves a store that
+// is not connected yet, so that it starts in the state its store is in:
+// HEALTHY leaves DEGRADED at once when the store cannot answer (a
+// service started during an outage), and the transition is recorded as
+// any other. A Recorder failure is kept for Close, as the loop's are.
+func (l *Limiter) firstProbe() {
+	if _, err := l.ProbeOnce(context.Background()); err != nil {
+		l.keepLoopErr(err)
+	}
+}
+
 // probeEvery is the interval the health loop should tick at now.
 func (l *Limiter) probeEvery() time.Duration {
 	if l.SystemState() == domain.Healthy {

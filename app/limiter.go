@@ -140,7 +140,15 @@ type Limiter struct {
 
 // New validates cfg (after WithDefaults), builds the Limiter, checks the
 // store's maxmemory against the configured budget (see Warnings) and
-// starts the health loop.
+// starts the health loop. A store that says it is not connected yet
+// (ports.Readier: the Redis adapter started while Redis was down) is
+// probed once first, within Config.ProbeTimeout: when that probe fails,
+// the Limiter starts DEGRADED (the transition recorded as any other),
+// its decisions come from the degraded matrix, and the health loop
+// probes at Config.RecoveryProbeInterval until the store answers
+// (docs/adr/008). Any other store starts HEALTHY: an outage is then
+// found as one that begins later, by the loop and the breaker. New never
+// fails for an outage.
 func New(cfg Config, deps Deps) (*Limiter, error) {
 	return newLimiter(cfg, deps, nil)
 }
@@ -221,9 +229,13 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 	l.state.Store(uint32(domain.Healthy))
 	l.probeState.init(cfg.ClearingProbes, l.prober, l.rec)
 	l.warnings = l.checkMemory(deps.MemoryCheck)
+	if r, ok := deps.Store.(ports.Readier); ok && r.Ready() != nil {
+		l.firstProbe()
+	}
 	// The ticker exists before New returns, so a test that advances a fake
 	// clock right after New cannot race the loop's start.
-	l.ticker, l.tickEvery = l.clock.NewTicker(cfg.ProbeInterval), cfg.ProbeInterval
+	l.tickEvery = l.probeEvery()
+	l.ticker = l.clock.NewTicker(l.tickEvery)
 	l.loopCtx, l.stopLoop = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.healthLoop()

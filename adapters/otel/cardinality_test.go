@@ -49,10 +49,10 @@ func TestCardinalityBounded(t *testing.T) {
 	}
 	// decisions: ALLOWED read, ALLOWED costly, THROTTLED costly, REJECTED
 	// profile_missing; rejected: ten tenants and "(other)"; 4 transitions,
-	// 3 states, breaker, deadline, 1 latency series.
+	// 3 states, breaker, deadline, embedded store, 1 latency series.
 	assert.Len(t, fams["sluice_decisions_total"].GetMetric(), 4)
 	assert.Len(t, fams["sluice_rejected_total"].GetMetric(), tenantSeries+1)
-	assert.Equal(t, 4+(tenantSeries+1)+4+3+1+1+1, total)
+	assert.Equal(t, 4+(tenantSeries+1)+4+3+1+1+1+1, total)
 	assert.Equal(t, float64(n-tenantSeries), series(fams["sluice_rejected_total"])["layer=tenant,tenant_id=(other)"])
 }
 

@@ -83,6 +83,12 @@ type Config struct {
 	// Clock stamps log records and paces TenantEpoch; nil means
 	// ports.SystemClock. Tests pass ports/fakeclock.
 	Clock ports.Clock
+	// EmbeddedStore says that the Limiter's primary store is the
+	// in-process one (adapters/local): each instance counts alone, so a
+	// fleet of N admits N times every limit. store_embedded exports it
+	// (1), so that a dashboard shows a service that was meant to share
+	// Redis and runs without it.
+	EmbeddedStore bool
 }
 
 // prefixPattern keeps a prefix that the Prometheus name translation leaves

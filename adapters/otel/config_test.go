@@ -77,7 +77,7 @@ func TestPrefixADR002(t *testing.T) {
 		"hermes_rate_limit_decisions_total", "hermes_rate_limit_rejected_total",
 		"hermes_rate_limit_system_state_changes_total", "hermes_rate_limit_system_state",
 		"hermes_rate_limit_breaker_open", "hermes_rate_limit_store_latency_seconds",
-		"hermes_rate_limit_store_deadline_seconds",
+		"hermes_rate_limit_store_deadline_seconds", "hermes_rate_limit_store_embedded",
 	}, names)
 	assert.Equal(t, map[string]float64{"layer=tenant,tenant_id=7e4a": 1}, series(fams["hermes_rate_limit_rejected_total"]))
 }

@@ -51,7 +51,8 @@ type Recorder struct {
 	// (ObserveStoreDeadline).
 	deadline atomic.Int64
 	// state mirrors the health machine from the transitions recorded; a
-	// Limiter starts HEALTHY.
+	// Limiter starts HEALTHY (and records its move to DEGRADED at once
+	// when its store cannot answer at start).
 	state atomic.Uint32
 	// nodes holds each store node's state (nodes.go).
 	nodes nodeStates
@@ -150,6 +151,9 @@ func (r *Recorder) instruments(instance attribute.KeyValue) error {
 	nodeState, err := m.Int64ObservableGauge(p+"node_state",
 		metric.WithDescription("Health of each node of the store (a Redis Cluster master): 1 for the state it is in, 0 for the others; its keys skip the store outside HEALTHY."))
 	check(err)
+	embedded, err := m.Int64ObservableGauge(p+"store_embedded",
+		metric.WithDescription("1 when the primary store is the embedded in-process one: each instance counts alone, and a fleet of N admits N times every limit."))
+	check(err)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -166,11 +170,12 @@ func (r *Recorder) instruments(instance attribute.KeyValue) error {
 		// The breaker is closed only while HEALTHY.
 		o.ObserveInt64(breaker, boolInt(cur != domain.Healthy), instOpt)
 		o.ObserveFloat64(deadline, time.Duration(r.deadline.Load()).Seconds(), instOpt)
+		o.ObserveInt64(embedded, boolInt(r.cfg.EmbeddedStore), instOpt)
 		r.dsets.observe(func(v int64, opts ...metric.ObserveOption) { o.ObserveInt64(decisions, v, opts...) })
 		r.tenants.observe(func(v int64, opts ...metric.ObserveOption) { o.ObserveInt64(rejected, v, opts...) })
 		r.observeNodes(o, nodeState, instance)
 		return nil
-	}, decisions, rejected, state, breaker, deadline, nodeState)
+	}, decisions, rejected, state, breaker, deadline, nodeState, embedded)
 	if err != nil {
 		return err
 	}

@@ -78,6 +78,7 @@ func TestScrapeAfterScript(t *testing.T) {
 	assert.ElementsMatch(t, []string{
 		"sluice_decisions_total", "sluice_rejected_total", "sluice_system_state_changes_total",
 		"sluice_system_state", "sluice_breaker_open", "sluice_store_latency_seconds", "sluice_store_deadline_seconds",
+		"sluice_store_embedded",
 	}, names, "no scope labels, no target_info, nothing else")
 
 	dec := func(state, profile, family, cause string) string {
@@ -169,4 +170,19 @@ func TestStoreDeadlineFollowsTheLimiter(t *testing.T) {
 	e := newEnv(t, cfg, func(c *otel.Config) { c.StoreDeadline = 0 })
 	fams := scrape(t, e.srv.URL, "")
 	assert.Equal(t, map[string]float64{"instance_id=" + cfg.InstanceID: 0.08}, series(fams["sluice_store_deadline_seconds"]))
+}
+
+// TestStoreEmbedded: store_embedded says whether the primary store is
+// the embedded one (38.3): 1 with Config.EmbeddedStore, 0 without.
+func TestStoreEmbedded(t *testing.T) {
+	for _, embedded := range []bool{false, true} {
+		cfg := testConfig()
+		e := newEnv(t, cfg, func(c *otel.Config) { c.EmbeddedStore = embedded })
+		fams := scrape(t, e.srv.URL, "")
+		want := 0.0
+		if embedded {
+			want = 1
+		}
+		assert.Equal(t, map[string]float64{"instance_id=" + cfg.InstanceID: want}, series(fams["sluice_store_embedded"]), "embedded %t", embedded)
+	}
 }

@@ -12,6 +12,7 @@ import (
 var (
 	_ ports.HealthProber  = (*Store)(nil)
 	_ ports.MemoryChecker = (*Store)(nil)
+	_ ports.Readier       = (*Store)(nil) // Ready, connect.go
 )
 
 // HealthProber is ports.HealthProber: the per-node Prober (Store.Prober).

@@ -253,6 +253,11 @@ func (c Config) validate(haveClient bool) error {
 		if _, err := rueidis.ParseURL(c.URL); err != nil {
 			return urlError(c.URL, err)
 		}
+		if u, _ := url.Parse(c.URL); u.Scheme != "unix" && (u.Opaque != "" || u.Host == "") {
+			// rueidis would dial localhost: "redis:6379" is the scheme
+			// redis and no host, not the host redis.
+			return &domain.ConfigError{Field: "redis.url", Reason: "names no host: write redis://host:port"}
+		}
 	}
 	return nil
 }

@@ -44,9 +44,15 @@ var _ ports.NodeProber = (*Prober)(nil)
 
 // Prober returns the health check of s, sharing its connections. On a
 // cluster it reads the slot map at once (within DefaultProbeTimeout), so
-// that NodeOf can name the master of a key before the first probe.
+// that NodeOf can name the master of a key before the first probe. A
+// store not connected yet has no node to name until a probe connects it:
+// every probe of a store not connected first waits, within its deadline,
+// for an attempt to connect (see New).
 func (s *Store) Prober() *Prober {
 	p := &Prober{s: s}
+	if !s.live.Load() {
+		return p
+	}
 	if s.client.Mode() != rueidis.ClientModeCluster {
 		for addr := range s.client.Nodes() {
 			p.topo.Store(&topology{single: addr})
@@ -101,6 +107,9 @@ func (p *Prober) Memory(ctx context.Context) ([]NodeMemory, error) {
 	}
 	cctx, cancel, whose := probeDeadline(ctx)
 	defer cancel()
+	if err := s.connectWithin(cctx); err != nil {
+		return nil, err
+	}
 	nodes := s.client.Nodes()
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("%w: no Redis node known", domain.ErrStoreUnavailable)
@@ -220,6 +229,10 @@ func (s *Store) CheckMaxMemory(ctx context.Context, budgetBytes int64) (MemoryRe
 	}
 	cctx, cancel, _ := probeDeadline(ctx)
 	defer cancel()
+	if err := s.connectWithin(cctx); err != nil {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("redis: maxmemory unread: %v", err))
+		return rep, nil
+	}
 	nodes := s.client.Nodes()
 	var (
 		mu sync.Mutex
@@ -316,6 +329,9 @@ func (p *Prober) ProbeNodes(ctx context.Context) ([]ports.NodeProbe, error) {
 	}
 	cctx, cancel, whose := probeDeadline(ctx)
 	defer cancel()
+	if err := s.connectWithin(cctx); err != nil {
+		return nil, err
+	}
 	nodes := s.client.Nodes()
 	if len(nodes) == 0 {
 		return nil, fmt.Errorf("%w: no Redis node known", domain.ErrStoreUnavailable)

@@ -198,9 +198,10 @@ func (s *Store) Renew(ctx context.Context, now time.Time, lease domain.Lease, li
 
 // Partition returns the Redis Cluster hash slot of key, true, on a
 // cluster; 0, false on a standalone server, where one call takes any
-// keys. See ports.Partitioned.
+// keys, and on a store not connected yet, whose calls fail at once. See
+// ports.Partitioned.
 func (s *Store) Partition(key string) (int, bool) {
-	if !s.cluster {
+	if !s.live.Load() || !s.cluster {
 		return 0, false
 	}
 	return int(Slot(key)), true

@@ -59,7 +59,11 @@
 // New returns a store that is ready to serve at full speed: every
 // connection the hot path uses is dialled and the script is loaded on
 // every node, so the first decisions after boot pay for neither under
-// their deadline.
+// their deadline. When no node answers, New returns the store
+// unconnected (its calls fail at once, as an outage) and it connects in
+// the background, found by the next probe: a service that starts during
+// an outage starts degraded, not in a crash loop (Store.Ready,
+// docs/runbook.md).
 package redis
 
 import (
@@ -104,13 +108,17 @@ import (
 // key holding a value the script cannot interpret a
 // *domain.StoreValueError (that request's fault, not an outage).
 type Store struct {
-	client    rueidis.Client
-	ownClient bool
-	script    *rueidis.Lua
-	batch     *rueidis.Lua // lua.BatchV5
-	maxBatch  int
-	batchers  []batcher // one (standalone) or one per slot (cluster)
-	records   nodeRecords
+	// client, cluster and batchers are set once, before live
+	// (connect.go): read them only once live.Load() is true.
+	live   atomic.Bool
+	redial *redialer // nil with WithClient, whose client stays the caller's
+	client rueidis.Client
+
+	script   *rueidis.Lua
+	batch    *rueidis.Lua // lua.BatchV5
+	maxBatch int
+	batchers []batcher // one (standalone) or one per slot (cluster)
+	records  nodeRecords
 
 	batchCalls, batchRequests atomic.Uint64 // Batched
 	timeout                   time.Duration
@@ -195,14 +203,20 @@ const maxFigureMicros = 3 * int64(domain.MaxPeriod/time.Microsecond)
 // node (the ones EVALSHA and DEL travel on) and loads the script on each,
 // checking its SHA1 (see LoadScript).
 //
-// In ModeAuto and ModeCluster, New fails (with an error wrapping
-// domain.ErrStoreUnavailable or domain.ErrStoreTimeout) when a node does
-// not answer in time. In ModeStandalone it succeeds even then: calls fail
-// with ErrStoreUnavailable until the server answers, so a service can
-// boot, degraded, during an outage. With WithClient, New loads the script
-// and leaves the client's connections to the caller; an unreachable server
-// is not an error there either. A server that names the script by another
-// SHA1 fails New in every mode (ErrScriptMismatch).
+// When no node answers in time, in every mode, New returns the store
+// unconnected, without an error: its calls fail at once with an error
+// wrapping domain.ErrStoreUnavailable (they never wait for a dial), and
+// it goes on connecting in the background, at every probe of its Prober
+// and, at most every 250 ms, at a call; Ready says whether it is
+// connected and, if not, why. The mode is found when it connects. A
+// service that starts during an outage thus starts degraded (app.New's
+// first probe fails) and recovers when Redis answers. New fails (and a
+// later attempt stays unconnected, Ready saying why) for what no outage
+// explains: credentials the server refuses, ModeCluster on a standalone
+// server (*domain.ConfigError), a server that names the script by
+// another SHA1 (ErrScriptMismatch). With WithClient, New loads the
+// script and leaves the client's connections to the caller; an
+// unreachable server is not an error there either.
 func New(cfg Config, opts ...Option) (*Store, error) {
 	var o options
 	for _, opt := range opts {
@@ -239,32 +253,27 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 	}
 	s.noncePrefix = base64.RawURLEncoding.EncodeToString(prefix[:])
 
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.dialTimeout())
-	defer cancel()
 	if s.client != nil {
 		// The caller's client: its connections are the caller's to dial,
 		// the script is ours to load.
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.dialTimeout())
+		defer cancel()
 		s.cluster = s.client.Mode() == rueidis.ClientModeCluster
 		s.makeBatchers()
-		if err := s.warm(ctx, nil); err != nil && !isOutage(err) {
+		s.live.Store(true)
+		if err := s.warm(ctx, s.client, nil); err != nil && !isOutage(err) {
 			return nil, err
 		}
 		return s, nil
 	}
-	client, dials, err := connect(cfg, o.tuneClient)
-	if err != nil {
-		return nil, err
-	}
-	s.client, s.ownClient = client, true
-	s.cluster = client.Mode() == rueidis.ClientModeCluster
-	s.makeBatchers()
 	// Dial every pipelined connection and load the script now, so that
-	// no decision pays for either under its deadline. In ModeStandalone a
-	// server that is down is not an error: the store boots, and its calls
-	// fail with ErrStoreUnavailable until the server answers.
-	err = s.warm(ctx, dials)
-	if err != nil && !(cfg.Mode == ModeStandalone && isOutage(err)) {
-		client.Close()
+	// no decision pays for either under its deadline; when no node
+	// answers, the store starts unconnected (connect.go).
+	s.redial = newRedialer(cfg, o.tuneClient)
+	done, _ := s.startAttempt(false)
+	<-done
+	if err := s.Ready(); err != nil && !isOutage(err) {
+		_ = s.Close()
 		return nil, err
 	}
 	return s, nil
@@ -273,16 +282,24 @@ func New(cfg Config, opts ...Option) (*Store, error) {
 // LoadScript sends SCRIPT LOAD of lua.RateLimitV5 and lua.BatchV5 to
 // every node and checks that each answers with lua.RateLimitV5SHA1 and
 // lua.BatchV5SHA1. New calls it; call it again after a server restart to
-// spare the first decisions a NOSCRIPT round trip. A node that cannot
-// answer gives an error wrapping domain.ErrStoreUnavailable (or
+// spare the first decisions a NOSCRIPT round trip. A store not connected
+// yet tries to connect within ctx, which loads the script. A node that
+// cannot answer gives an error wrapping domain.ErrStoreUnavailable (or
 // domain.ErrStoreTimeout); a node that names a script otherwise, an
 // error wrapping ErrScriptMismatch.
 func (s *Store) LoadScript(ctx context.Context) error {
 	if s.closed.Load() {
 		return domain.ErrStoreClosed
 	}
+	if err := s.connectWithin(ctx); err != nil {
+		return err
+	}
+	return s.loadScript(ctx, s.client)
+}
+
+func (s *Store) loadScript(ctx context.Context, client rueidis.Client) error {
 	var errs []error
-	for addr, node := range s.client.Nodes() {
+	for addr, node := range client.Nodes() {
 		for _, sc := range [...]struct{ src, sha string }{{lua.RateLimitV5, lua.RateLimitV5SHA1}, {lua.BatchV5, lua.BatchV5SHA1}} {
 			sha, err := node.Do(ctx, node.B().ScriptLoad().Script(sc.src).Build()).ToString()
 			switch {
@@ -311,8 +328,14 @@ func (s *Store) makeBatchers() {
 }
 
 // Client returns the underlying rueidis client, e.g. for a health check
-// that needs more than the Prober.
-func (s *Store) Client() rueidis.Client { return s.client }
+// that needs more than the Prober; nil while the store is not connected
+// (see Ready).
+func (s *Store) Client() rueidis.Client {
+	if !s.live.Load() {
+		return nil
+	}
+	return s.client
+}
 
 // Evaluate checks limits at now and consumes their cost on every key only
 // if every limit admits it; see ports.Store. With ServerTime (the default),
@@ -370,13 +393,17 @@ func (s *Store) run(ctx context.Context, now time.Time, limits []domain.Limit, n
 }
 
 // admit checks what every call checks before anything is sent: the store
-// is open, limits pass validate, their keys share one slot, ctx is live.
+// is open, limits pass validate, the store is connected, their keys share
+// one slot, ctx is live.
 func (s *Store) admit(ctx context.Context, limits []domain.Limit, validate func([]domain.Limit) error) error {
 	if s.closed.Load() {
 		return domain.ErrStoreClosed
 	}
 	if err := validate(limits); err != nil {
 		return err
+	}
+	if !s.live.Load() {
+		return s.notLive()
 	}
 	if ok, i := sameSlot(limits); !ok && s.cluster {
 		return fmt.Errorf("%w: limit %d hashes to slot %d, limit 0 to slot %d; give every key of a request the same {hash tag}",
@@ -615,6 +642,9 @@ func (s *Store) Forget(ctx context.Context, key string) (bool, error) {
 	case len(key) > domain.MaxKeyLen:
 		return false, &domain.LimitError{Index: -1, Field: "key", Reason: fmt.Sprintf("must be at most %d bytes", domain.MaxKeyLen)}
 	}
+	if !s.live.Load() {
+		return false, s.notLive()
+	}
 	if ctx.Err() != nil {
 		return false, s.mapErr(ctx, ctx, ctx.Err(), "the caller's deadline")
 	}
@@ -628,13 +658,25 @@ func (s *Store) Forget(ctx context.Context, key string) (bool, error) {
 }
 
 // Close marks the store closed and, unless the client came from
-// WithClient, closes the client. Calls after Close return
-// domain.ErrStoreClosed. Close is idempotent.
+// WithClient, closes the client; an attempt to connect in flight gives up
+// and Close waits for it. Calls after Close return domain.ErrStoreClosed.
+// Close is idempotent.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	if s.ownClient {
+	if s.redial == nil {
+		return nil // WithClient: the client stays the caller's
+	}
+	r := s.redial
+	r.cancel()
+	r.mu.Lock()
+	live, attempt := s.live.Load(), r.attempt
+	r.mu.Unlock()
+	if attempt != nil {
+		<-attempt // it sees closed and closes what it dialled
+	}
+	if live {
 		s.client.Close()
 	}
 	return nil

@@ -636,25 +636,6 @@ func TestStoppedServerMapsToErrStoreUnavailable(t *testing.T) {
 	require.NoError(t, s.Prober().Probe(ctx))
 }
 
-func TestStandaloneBootsDuringAnOutage(t *testing.T) {
-	srv := redistest.NewServer(t)
-	require.NoError(t, srv.Stop())
-
-	_, err := redis.New(redis.Config{Addrs: []string{srv.Addr()}})
-	require.ErrorIs(t, err, domain.ErrStoreUnavailable, "auto-detection needs an answer")
-
-	s := newStore(t, redis.Config{Addrs: []string{srv.Addr()}, Mode: redis.ModeStandalone})
-	limits := []domain.Limit{{Key: "boot:{x}", Window: sliding(10, time.Minute), Cost: 1}}
-	_, err = s.Evaluate(t.Context(), time.Now(), limits)
-	require.ErrorIs(t, err, domain.ErrStoreUnavailable)
-
-	require.NoError(t, srv.Start())
-	require.Eventually(t, func() bool {
-		r, err := s.Evaluate(t.Context(), time.Now(), limits)
-		return err == nil && r.Allowed
-	}, 3*time.Second, 20*time.Millisecond)
-}
-
 func TestModeClusterRefusesAStandaloneServer(t *testing.T) {
 	_, err := redis.New(redis.Config{Addrs: []string{redistest.Standalone(t)}, Mode: redis.ModeCluster})
 	require.ErrorIs(t, err, domain.ErrInvalidConfig)

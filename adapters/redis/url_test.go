@@ -35,3 +35,19 @@ func TestMalformedURLErrorHoldsNoPassword(t *testing.T) {
 		}
 	}
 }
+
+// TestURLWithoutAHostIsRefused (38.3): "redis:6379", the peer's
+// host:port of a host named redis, parses as the scheme redis with no
+// host, which the client would dial as localhost:6379. Any URL that names
+// no host is refused, never dialled elsewhere; no password is printed.
+func TestURLWithoutAHostIsRefused(t *testing.T) {
+	for _, u := range []string{"redis:6379", "rediss:6380", "redis://", "redis://:S3cret-Pw-42@/0", "redis:S3cret-Pw-42@redis:6379"} {
+		err := redis.Config{URL: u}.Validate()
+		var ce *domain.ConfigError
+		require.True(t, errors.As(err, &ce), "%q: %v", u, err)
+		assert.Equal(t, "redis.url", ce.Field)
+		assert.NotContains(t, err.Error(), "S3cret-Pw-42")
+	}
+	require.NoError(t, redis.Config{URL: "unix:///var/run/redis.sock"}.Validate(), "a socket has a path, no host")
+	require.NoError(t, redis.Config{URL: "redis://redis:6379"}.Validate())
+}

@@ -31,11 +31,18 @@
 // RESPONSE_DYNAMIC_METADATA), and SHADOW_MODE turns global shadow mode on;
 // the README maps every one of its settings.
 //
-// Environment: REDIS_URL (a redis:// URL of a standalone server or of
-// any node of a Redis Cluster; without it the embedded local store, one
-// instance's counts) and RATE_LIMIT_HMAC_SECRET (64 hex characters;
-// required without -dev). SIGINT or SIGTERM stop it gracefully: health
-// turns NOT_SERVING, calls in flight finish, then it exits.
+// Environment: REDIS_URL, in envoyproxy/ratelimit's forms (host:port, a
+// comma-separated list with REDIS_TYPE=cluster, a socket path) with its
+// REDIS_TYPE, REDIS_SOCKET_TYPE, REDIS_AUTH and REDIS_TLS (and TLS file)
+// variables, or as a redis://, rediss:// or unix:// URL; without it the
+// embedded local store, one instance's counts, which it warns about. A
+// peer variable it cannot honour stops the start, naming the variable;
+// one it does not read is named in a warning. RATE_LIMIT_HMAC_SECRET (64
+// hex characters) is required without -dev. Started while Redis does not
+// answer, it serves at once, DEGRADED (the degraded matrix decides; GET
+// /healthcheck answers 200 and the state), and connects when Redis
+// answers. SIGINT or SIGTERM stop it gracefully: health turns
+// NOT_SERVING, calls in flight finish, then it exits.
 package main
 
 import (

@@ -65,7 +65,7 @@ func binary(t *testing.T) string {
 
 // peerEnvNames are envoyproxy/ratelimit's variables sluice-rls reads: the
 // test's own environment must not leak into the binary's.
-var peerEnvNames = []string{"REDIS_URL", "RATE_LIMIT_HMAC_SECRET", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY",
+var peerEnvNames = []string{"REDIS_URL", "REDIS_TYPE", "REDIS_SOCKET_TYPE", "REDIS_AUTH", "REDIS_TLS", "REDIS_TLS_CACERT", "REDIS_TLS_CLIENT_CERT", "REDIS_TLS_CLIENT_KEY", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "RATE_LIMIT_HMAC_SECRET", "RUNTIME_ROOT", "RUNTIME_SUBDIRECTORY", "RUNTIME_APPDIRECTORY",
 	"GRPC_HOST", "GRPC_PORT", "HOST", "PORT", "PROMETHEUS_ADDR", "MERGE_DOMAIN_CONFIG", "LIMIT_RESPONSE_HEADERS_ENABLED",
 	"LIMIT_LIMIT_HEADER", "LIMIT_REMAINING_HEADER", "LIMIT_RESET_HEADER", "RESPONSE_DYNAMIC_METADATA", "SHADOW_MODE"}
 
@@ -88,20 +88,36 @@ next:
 // then killed) when the test ends.
 func startBinary(t *testing.T, env []string, args ...string) rlsv3.RateLimitServiceClient {
 	t.Helper()
+	return runBinary(t, env, args...).client
+}
+
+// rlsProcess is the binary running: a client of its gRPC address, the URLs
+// of its health check and metrics, what it wrote.
+type rlsProcess struct {
+	client          rlsv3.RateLimitServiceClient
+	health, metrics string
+	stdout, stderr  *syncBuffer
+}
+
+// runBinary is startBinary, with everything the process says.
+func runBinary(t *testing.T, env []string, args ...string) *rlsProcess {
+	t.Helper()
 	cmd := exec.Command(binary(t), append([]string{"-dev", "-grpc-addr", "127.0.0.1:0", "-health-addr", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0"}, args...)...)
 	cmd.Env = childEnv(env...)
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
+	p := &rlsProcess{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	cmd.Stderr = p.stderr
 	require.NoError(t, cmd.Start())
 	done := make(chan error, 1)
-	addr := make(chan string, 1)
+	addrs := make(chan []string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == "grpc:" {
-				addr <- f[1]
+			_, _ = p.stdout.Write([]byte(sc.Text() + "\n"))
+			// grpc: ADDR  health: URL  metrics: URL
+			if f := strings.Fields(sc.Text()); len(f) >= 6 && f[0] == "grpc:" {
+				addrs <- f
 			}
 		}
 		done <- cmd.Wait()
@@ -115,18 +131,20 @@ func startBinary(t *testing.T, env []string, args ...string) rlsv3.RateLimitServ
 			<-done
 		}
 	})
-	var a string
+	var f []string
 	select {
-	case a = <-addr:
+	case f = <-addrs:
 	case err := <-done:
-		t.Fatalf("sluice-rls exited (%v): %s", err, stderr.String())
+		t.Fatalf("sluice-rls exited (%v): %s", err, p.stderr.String())
 	case <-time.After(30 * time.Second):
-		t.Fatalf("sluice-rls did not start: %s", stderr.String())
+		t.Fatalf("sluice-rls did not start: %s", p.stderr.String())
 	}
-	conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	p.health, p.metrics = f[3], f[5]
+	conn, err := grpc.NewClient(f[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn)
+	p.client = rlsv3.NewRateLimitServiceClient(conn)
+	return p
 }
 
 func shouldRateLimit(t *testing.T, c rlsv3.RateLimitServiceClient, dom string, hits uint32, ds ...*rlcommon.RateLimitDescriptor) *rlsv3.RateLimitResponse {

@@ -134,7 +134,15 @@ func appConfig(o options) (app.Config, error) {
 			return app.Config{}, err
 		}
 	}
-	cfg, _, err := boot.Config(data, o.dev, "or run with -dev")
+	// REDIS_URL is read with the peer's companion variables (peerRedis),
+	// in the peer's forms too: not as app.Config's URL.
+	env := func(k string) (string, bool) {
+		if k == app.EnvRedisURL {
+			return "", false
+		}
+		return os.LookupEnv(k)
+	}
+	cfg, _, err := boot.ConfigEnv(data, o.dev, "or run with -dev", env)
 	if err != nil {
 		return cfg, err
 	}
@@ -163,12 +171,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	if err != nil {
 		return err
 	}
-	primary, fallback, kind, closeStores, err := boot.Stores(cfg)
+	rc, warnings, err := peerRedis(os.Getenv, cfg.RedisURL)
+	if err != nil {
+		return err
+	}
+	for _, w := range append(warnings, unreadWarnings(os.Environ())...) {
+		fmt.Fprintln(stderr, "warning:", w)
+	}
+	primary, fallback, kind, closeStores, err := boot.OpenStores(rc, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeStores()
-	rec, err := boot.Recorder(cfg, stderr)
+	rec, err := boot.Recorder(cfg, stderr, boot.EmbeddedStore(rc == nil))
 	if err != nil {
 		return err
 	}
@@ -186,14 +201,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, ready f
 	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, r *http.Request) {
-		res, err := hs.Check(r.Context(), &healthpb.HealthCheckRequest{})
-		if err != nil || res.Status != healthpb.HealthCheckResponse_SERVING {
-			http.Error(w, "NOT_SERVING", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "OK")
-	})
+	// 200 while DEGRADED too: every request is still decided, by the
+	// degraded matrix; out of rotation, with Envoy's failure_mode_deny, a
+	// Redis outage would refuse every request at the edge (boot.Health).
+	mux.Handle("GET /healthcheck", boot.Health(lim, func() bool {
+		res, err := hs.Check(context.Background(), &healthpb.HealthCheckRequest{})
+		return err == nil && res.Status == healthpb.HealthCheckResponse_SERVING
+	}))
 	metrics := http.NewServeMux()
 	metrics.Handle("GET /metrics", rec.Handler())
 

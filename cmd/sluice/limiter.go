@@ -192,7 +192,7 @@ func open(t *target, withStore bool, logs io.Writer, stderr io.Writer) (*session
 // local fallback: an embedded store would hold no one's counts.
 func openStore(cfg app.Config, dial time.Duration) (ports.Store, error) {
 	rc := redis.Config{URL: cfg.RedisURL, DialTimeout: dial}
-	where := boot.RedactedURL(cfg.RedisURL)
+	where := app.RedactURL(cfg.RedisURL)
 	if cfg.RedisURL == "" {
 		var addrs []string
 		for a := range strings.SplitSeq(os.Getenv(EnvClusterAddrs), ",") {
@@ -207,6 +207,13 @@ func openStore(cfg app.Config, dial time.Duration) (ports.Store, error) {
 		where = "cluster " + strings.Join(addrs, ",")
 	}
 	st, err := redis.New(rc)
+	if err == nil {
+		// A service starts unconnected and degraded during an outage; an
+		// operator's command has nothing to do without the store.
+		if err = st.Ready(); err != nil {
+			_ = st.Close()
+		}
+	}
 	if err != nil {
 		return nil, fail(exitStore, fmt.Errorf("store unreachable (%s): %w", where, err))
 	}

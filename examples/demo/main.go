@@ -7,7 +7,10 @@
 //	go run ./examples/demo tour            # the scripted tour, against the running service
 //
 // The HTTP address also serves the Prometheus metrics at /metrics
-// (adapters/otel); both log channels go to stderr.
+// (adapters/otel) and GET /healthz (200 "OK" and the Limiter's state:
+// DEGRADED too, since the demo serves by the degraded matrix while Redis
+// is down); both log channels go to stderr. Started while Redis is down,
+// it starts DEGRADED and recovers when Redis answers.
 //
 // Flags: -http-addr (default 127.0.0.1:8080), -grpc-addr (default
 // 127.0.0.1:9090), -config (a YAML file; default the embedded sluice.yaml),

@@ -80,7 +80,8 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	primary, fallback, kind, closeStores, err := boot.Stores(cfg)
+	rc := boot.RedisConfig(cfg)
+	primary, fallback, kind, closeStores, err := boot.OpenStores(rc, stderr)
 	if err != nil {
 		return err
 	}
@@ -92,7 +93,7 @@ func serveMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		primary = outage
 	}
-	rec, err := boot.Recorder(cfg, stderr)
+	rec, err := boot.Recorder(cfg, stderr, boot.EmbeddedStore(rc == nil))
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/adapters/httpmw"
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/internal/boot"
 	"github.com/sluicehq/sluice/ports"
 )
 
@@ -68,7 +69,8 @@ const (
 )
 
 // newHTTPHandler builds the HTTP side: the API behind authentication and
-// sluice, and, beside them, /metrics and (with -dev) /demo/outage. audit
+// sluice, and, beside them, /metrics, /healthz and (with -dev)
+// /demo/outage. audit
 // receives the cost reports the middleware ignores. trusted are the
 // proxies whose X-Forwarded-For names the client (none: the peer is).
 func newHTTPHandler(lim *app.Limiter, metrics http.Handler, outage *switchable, audit *slog.Logger, trusted []netip.Prefix) (http.Handler, error) {
@@ -91,6 +93,9 @@ func newHTTPHandler(lim *app.Limiter, metrics http.Handler, outage *switchable, 
 	root := http.NewServeMux()
 	root.Handle("/", authenticate(limit(api)))
 	root.Handle("GET /metrics", metrics)
+	// Not rate-limited, and 200 while DEGRADED: the demo serves by the
+	// degraded matrix during a Redis outage (boot.Health).
+	root.Handle("GET /healthz", boot.Health(lim, nil))
 	if outage != nil {
 		root.HandleFunc("POST /demo/outage", func(w http.ResponseWriter, r *http.Request) { outage.set(r.Context(), w, lim, true) })
 		root.HandleFunc("DELETE /demo/outage", func(w http.ResponseWriter, r *http.Request) { outage.set(r.Context(), w, lim, false) })
@@ -281,7 +286,7 @@ func (b banner) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "http: %s\n", base)
 	fmt.Fprintf(w, "grpc: %s\n", b.grpc)
-	fmt.Fprintf(w, "metrics: %s/metrics\n", base)
+	fmt.Fprintf(w, "metrics: %s/metrics  health: %s/healthz\n", base, base)
 	fmt.Fprintln(w, "\nTry:")
 	fmt.Fprintf(w, "  curl -i %s/api/v1/search -H '%s: alice@example.org' -H '%s: acme'\n", base, HeaderUser, HeaderTenant)
 	fmt.Fprintf(w, "  for i in 1 2 3 4; do curl -s -o /dev/null -w '%%{http_code}\\n' -X POST %s/api/v1/login; done\n", base)

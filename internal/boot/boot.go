@@ -13,8 +13,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
+	"net/http"
 	"os"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -34,18 +35,24 @@ const DevSecretNote = "-dev: generated a throw-away HMAC secret for this run (co
 // secret for this run and generated says so. devHint ends the message of
 // the missing secret (e.g. "or run with -dev").
 func Config(data []byte, dev bool, devHint string) (cfg app.Config, generated bool, err error) {
-	env := os.LookupEnv
-	if v, _ := os.LookupEnv(app.EnvHMACSecret); v == "" && dev {
+	return ConfigEnv(data, dev, devHint, os.LookupEnv)
+}
+
+// ConfigEnv is Config with env in place of the process environment
+// (sluice-rls reads REDIS_URL itself, in envoyproxy/ratelimit's forms).
+func ConfigEnv(data []byte, dev bool, devHint string, env app.LookupEnv) (cfg app.Config, generated bool, err error) {
+	if v, _ := env(app.EnvHMACSecret); v == "" && dev {
 		b := make([]byte, 32)
 		if _, err := rand.Read(b); err != nil {
 			return cfg, false, err
 		}
 		secret := hex.EncodeToString(b)
+		outer := env
 		env = func(k string) (string, bool) {
 			if k == app.EnvHMACSecret {
 				return secret, true
 			}
-			return os.LookupEnv(k)
+			return outer(k)
 		}
 		generated = true
 	}
@@ -56,20 +63,45 @@ func Config(data []byte, dev bool, devHint string) (cfg app.Config, generated bo
 	return cfg, generated, err
 }
 
-// Stores opens the primary store (Redis with cfg.RedisURL, else the
-// embedded local store: one instance's counts) and the in-process fallback.
-// kind describes the primary for a banner, the URL's password hidden;
-// closeAll closes both.
+// RedisConfig is the Redis store's configuration of cfg (REDIS_URL, or
+// redis_url in the file); nil when it names none.
+func RedisConfig(cfg app.Config) *redis.Config {
+	if cfg.RedisURL == "" {
+		return nil
+	}
+	return &redis.Config{URL: cfg.RedisURL}
+}
+
+// Stores is OpenStores on cfg's Redis (RedisConfig), its warnings
+// dropped.
 func Stores(cfg app.Config) (primary, fallback ports.Store, kind string, closeAll func(), err error) {
+	return OpenStores(RedisConfig(cfg), io.Discard)
+}
+
+// OpenStores opens the primary store and the in-process fallback: Redis
+// as rc says, else (rc nil) the embedded local store, one instance's
+// counts, which it says on w since replicas would multiply every limit.
+// Redis that does not answer yet is no error (redis.New): the store
+// connects when it answers, the Limiter starts DEGRADED meanwhile, and
+// w says so. kind describes the primary for a banner, no password shown;
+// closeAll closes both.
+func OpenStores(rc *redis.Config, w io.Writer) (primary, fallback ports.Store, kind string, closeAll func(), err error) {
 	if fallback, err = local.New(local.Config{}); err != nil {
 		return nil, nil, "", nil, err
 	}
-	kind = "local (embedded: one instance's counts)"
-	if cfg.RedisURL != "" {
-		primary, err = redis.New(redis.Config{URL: cfg.RedisURL})
-		kind = "redis " + RedactedURL(cfg.RedisURL)
-	} else {
+	if rc == nil {
+		fmt.Fprintln(w, "warning: no REDIS_URL: the primary store is the embedded local store; each instance counts alone, so N replicas admit N times every limit (sluice_store_embedded 1)")
+		kind = "local (embedded: one instance's counts)"
 		primary, err = local.New(local.Config{})
+	} else {
+		kind = "redis " + describe(*rc)
+		var st *redis.Store
+		if st, err = redis.New(*rc); err == nil {
+			primary = st
+			if rerr := st.Ready(); rerr != nil {
+				fmt.Fprintf(w, "warning: Redis (%s) does not answer: %v; starting DEGRADED (the degraded matrix decides), connecting when it answers\n", describe(*rc), rerr)
+			}
+		}
 	}
 	if err != nil {
 		_ = fallback.Close()
@@ -78,27 +110,44 @@ func Stores(cfg app.Config) (primary, fallback ports.Store, kind string, closeAl
 	return primary, fallback, kind, func() { _ = primary.Close(); _ = fallback.Close() }, nil
 }
 
-// RedactedURL hides a password in a Redis URL.
-func RedactedURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
+// describe names where rc connects, without credentials.
+func describe(rc redis.Config) string {
+	where := app.RedactURL(rc.URL)
+	if rc.URL == "" {
+		where = strings.Join(rc.Addrs, ",")
 	}
-	return u.Redacted()
+	if rc.TLS != nil {
+		where += " (TLS)"
+	}
+	if rc.Mode != redis.ModeAuto {
+		where += " (" + rc.Mode.String() + ")"
+	}
+	return where
 }
 
 // Recorder returns the service's Recorder: metrics on a registry of its own
 // (served by its Handler) and the application and security-audit log
-// channels as text on w.
-func Recorder(cfg app.Config, w io.Writer) (*otel.Recorder, error) {
+// channels as text on w. opts adjust its configuration (EmbeddedStore).
+func Recorder(cfg app.Config, w io.Writer, opts ...func(*otel.Config)) (*otel.Recorder, error) {
 	cfg = cfg.WithDefaults()
 	logs := slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})
-	return otel.New(otel.Config{
+	oc := otel.Config{
 		InstanceID: cfg.InstanceID,
 		Registry:   prometheus.NewRegistry(),
 		AppLog:     slog.New(logs).With("channel", "app"),
 		AuditLog:   slog.New(logs).With("channel", "audit"),
-	})
+	}
+	for _, o := range opts {
+		o(&oc)
+	}
+	return otel.New(oc)
+}
+
+// EmbeddedStore is a Recorder option: on says that the primary store is
+// the embedded one (OpenStores without Redis), which
+// sluice_store_embedded exports.
+func EmbeddedStore(on bool) func(*otel.Config) {
+	return func(c *otel.Config) { c.EmbeddedStore = on }
 }
 
 // Limiter builds the Limiter on the stores and rec, and prints its boot
@@ -112,4 +161,21 @@ func Limiter(cfg app.Config, primary, fallback ports.Store, rec ports.Recorder, 
 		fmt.Fprintln(w, "warning:", warning)
 	}
 	return lim, nil
+}
+
+// Health is a binary's HTTP health check: 503 NOT_SERVING once serving
+// says so (a graceful stop), else 200, with "OK" and the Limiter's state
+// on the next line. A DEGRADED instance answers 200: it decides every
+// request (by the degraded matrix), and taking it out of rotation during
+// a Redis outage would turn the outage into one of the service itself
+// (docs/runbook.md). The state is for people and probes that read it;
+// sluice_system_state is the metric.
+func Health(lim *app.Limiter, serving func() bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if serving != nil && !serving() {
+			http.Error(w, "NOT_SERVING", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "OK\nsystem_state: %s\n", lim.SystemState())
+	})
 }

@@ -30,6 +30,13 @@
 // drill through the real HTTP middleware, asserting status codes,
 // Retry-After and problem types.
 //
+// TestLimiterStartsDuringARedisOutage: a Limiter wired as the README
+// shows, started while redis-server is down (a port chosen before):
+// DEGRADED at once on its state and metrics, the degraded matrix
+// deciding, HEALTHY once the server starts (the health loop connects the
+// store); the Redis password reaches no log line. sluice-rls and the
+// demo run the same drill as processes in their own packages.
+//
 // TestSlowRedis, TestBlackHole, TestCutReplies: the fault proxy delays
 // every reply past the deadline and the probe timeout, accepts and never
 // answers, or cuts replies in half. The breaker opens on in-band failures

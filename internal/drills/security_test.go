@@ -232,9 +232,10 @@ func TestRedisCredentials(t *testing.T) {
 
 // TestRedisCredentialsRefused: wrong or missing credentials fail cleanly:
 // New returns an error wrapping domain.ErrStoreUnavailable (code
-// ERR-STORE-01) that never quotes the password; a standalone store, which
-// may boot during an outage, fails every call the same way and the
-// Limiter degrades.
+// ERR-STORE-01) that never quotes the password. A TLS handshake that
+// fails is an outage to the client: the store boots unconnected (Ready
+// says why, as cleanly), every call fails the same way and the Limiter
+// degrades.
 func TestRedisCredentialsRefused(t *testing.T) {
 	t.Parallel()
 	const secret = "Drill-Pass-7f3a"
@@ -280,15 +281,15 @@ func TestRedisCredentialsRefused(t *testing.T) {
 				}
 				return
 			}
-			_, err := redis.New(c.cfg)
-			checkRefusal(t, err, wrong, secret)
-			c.cfg.Mode = redis.ModeStandalone
+			// No Redis answers the client: an outage to it, which a
+			// service boots through (issue 38) in every mode, unconnected,
+			// Ready saying why.
 			store, err := redis.New(c.cfg)
 			if err != nil {
-				checkRefusal(t, err, wrong, secret)
-				return
+				t.Fatalf("New: %v; want a store, unconnected", err)
 			}
 			t.Cleanup(func() { _ = store.Close() })
+			checkRefusal(t, store.Ready(), wrong, secret)
 			_, err = store.Evaluate(context.Background(), time.Now(), []domain.Limit{{Key: "rl:{x}:probe", Window: domain.Window{Name: "w", Limit: 1, Period: time.Second}, Cost: 1}})
 			checkRefusal(t, err, wrong, secret)
 			lim := newLimiterDeps(t, drillConfig(), app.Deps{Store: store, Fallback: newFallback(t), Recorder: recordertest.Discard{}, Prober: store.Prober()})

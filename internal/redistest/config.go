@@ -43,6 +43,12 @@ type Config struct {
 	// Args are extra redis-server arguments, e.g. "--hz", "100". They come
 	// after everything the harness sets, so they win.
 	Args []string
+
+	// Stopped reserves the server's port and writes its configuration,
+	// but leaves it stopped: Addr and URL name it before any process
+	// listens there, and the test starts it with Start, e.g. after a
+	// service that must start during an outage.
+	Stopped bool
 }
 
 // User is an ACL user (ACL SETUSER).

@@ -89,8 +89,9 @@ func NewServer(t testing.TB, extraArgs ...string) *Server {
 }
 
 // NewServerWith starts a dedicated standalone redis-server configured by
-// cfg (a password, ACL users, TLS, a memory limit, persistence) and stops
-// it on t.Cleanup. A bad cfg fails the test with the field at fault.
+// cfg (a password, ACL users, TLS, a memory limit, persistence; or, with
+// Config.Stopped, only reserves its port) and stops it on t.Cleanup. A bad
+// cfg fails the test with the field at fault.
 func NewServerWith(t testing.TB, cfg Config) *Server {
 	t.Helper()
 	bin := serverBinary(t)
@@ -457,6 +458,10 @@ func newServer(bin, dir string, cfg Config, cluster *clusterNode) (*Server, erro
 		if err := os.WriteFile(filepath.Join(dir, confFile), []byte(s.confFile()), 0o600); err != nil {
 			s.releasePorts()
 			return nil, err
+		}
+		if cfg.Stopped {
+			register(s)
+			return s, nil
 		}
 		s.mu.Lock()
 		lastErr = s.startLocked()

@@ -65,6 +65,22 @@ func TestServerKillStart(t *testing.T) {
 	assert.Nil(t, v, "a server without persistence restarts empty")
 }
 
+// A server made Stopped holds its port and answers nothing until Start:
+// a service can be started against its address first.
+func TestServerStoppedStartsLater(t *testing.T) {
+	ctx := t.Context()
+	s := NewServerWith(t, Config{Stopped: true})
+	require.False(t, s.Running())
+	_, err := s.Do(ctx, "PING")
+	require.Error(t, err, "nothing listens before Start")
+	addr := s.Addr()
+	require.NoError(t, s.Start())
+	require.Equal(t, addr, s.Addr())
+	v, err := s.Do(ctx, "PING")
+	require.NoError(t, err)
+	assert.Equal(t, "PONG", v)
+}
+
 func TestServerStartRunningIsNoop(t *testing.T) {
 	s := NewServer(t)
 	pid := s.PID()
