@@ -324,9 +324,13 @@ func TestAllotmentsTurnedOff(t *testing.T) {
 		return app.WindowsConfig{Tenant: []app.WindowConfig{w}}
 	}
 	cases := map[string]func() app.Config{
-		"config":  func() app.Config { c := hotConfig(windows(false)); c.Allotments = app.AllotmentsOff; return c },
-		"profile": func() app.Config { c := hotConfig(windows(false)); c.Profiles[0].Allotments = app.AllotmentsOff; return c },
-		"window":  func() app.Config { return hotConfig(windows(true)) },
+		"config": func() app.Config { c := hotConfig(windows(false)); c.Allotments = app.AllotmentsOff; return c },
+		"profile": func() app.Config {
+			c := hotConfig(windows(false))
+			c.Profiles[0].Allotments = app.AllotmentsOff
+			return c
+		},
+		"window": func() app.Config { return hotConfig(windows(true)) },
 	}
 	for name, cfg := range cases {
 		t.Run(name, func(t *testing.T) {
