@@ -183,6 +183,11 @@ func (l *Limiter) resetAll(ctx context.Context, keys []string) (int, error) {
 	if l.BreakerOpen() {
 		return 0, errBreakerOpen
 	}
+	if l.allots != nil {
+		// The allotments on those keys are forgotten with their counts
+		// (docs/adr/019, "A reset").
+		l.allots.drop(keys)
+	}
 	forgetter, counts := l.store.(ports.Forgetter)
 	deleted := 0
 	if !counts {

@@ -51,6 +51,9 @@ const (
 	// DefaultRefusalCacheTTL bounds how long an instance repeats a refusal
 	// without asking the store (see Config.RefusalCacheTTL).
 	DefaultRefusalCacheTTL = time.Second
+	// DefaultAllotmentHold is how long an allotment may be spent (see
+	// Config.AllotmentHold).
+	DefaultAllotmentHold = time.Second
 	// DefaultPseudonymCacheSize is the number of identifier pseudonyms an
 	// instance remembers (see Config.PseudonymCacheSize).
 	DefaultPseudonymCacheSize = 4096
@@ -197,6 +200,19 @@ type Config struct {
 	// ShadowMode decides and records every request but never blocks one: the
 	// one global switch for rollouts.
 	ShadowMode bool `yaml:"shadow_mode"`
+	// Allotments, "off", turns allotments off for every profile and every
+	// EvaluateWindows call; "" or "on" (the default) lets them start by
+	// themselves on key sets hot on this instance and far from their
+	// limits (docs/adr/019-allotments.md). A profile or a window may turn
+	// them off for itself.
+	Allotments Allotments `yaml:"allotments" validate:"omitempty,oneof=on off"`
+	// AllotmentHold is how long an allotment may be spent in process
+	// before what is left of it goes back to the store (default 1 s, at
+	// most domain.MaxAllotmentHold); a key set whose shortest window is
+	// shorter than twice it holds for half that window. Longer holds take
+	// fewer store calls, and keep units out of the other instances' reach
+	// longer.
+	AllotmentHold time.Duration `yaml:"allotment_hold" validate:"min=0,max=1m"`
 	// InstanceID names this instance in metrics (default: the host name).
 	InstanceID string `yaml:"instance_id" validate:"omitempty,max=128,printascii"`
 	// Degraded is the degraded matrix: what each route family does while
@@ -269,7 +285,20 @@ type ProfileConfig struct {
 	// (Limiter.Reserve): the entry point settles each request once served,
 	// by these rules (Reservation.Finish, docs/adr/012).
 	Settle *SettleConfig `yaml:"settle"`
+	// Allotments, "off", keeps the profile's key sets out of allotments
+	// (Config.Allotments): every request decided at the store.
+	Allotments Allotments `yaml:"allotments" validate:"omitempty,oneof=on off"`
 }
+
+// Allotments switches allotments (docs/adr/019-allotments.md): "" and
+// AllotmentsOn leave them on, AllotmentsOff turns them off.
+type Allotments string
+
+// The values of Allotments.
+const (
+	AllotmentsOn  Allotments = "on"
+	AllotmentsOff Allotments = "off"
+)
 
 // SettleConfig is how an entry point settles a profile's reservations
 // once the request is served (Reservation.Finish).
@@ -345,6 +374,9 @@ type WindowConfig struct {
 	// domain.MaxLeaseTTL; Limit at most domain.MaxConcurrencyLimit). Only
 	// Limiter.Reserve holds one; Evaluate skips it (docs/adr/012).
 	Algorithm domain.Algorithm `yaml:"algorithm"`
+	// Allotments, "off", keeps every key set that counts this window out
+	// of allotments (Config.Allotments).
+	Allotments Allotments `yaml:"allotments" validate:"omitempty,oneof=on off"`
 }
 
 // FacadeConfig configures the ADR-002 façades (Allow, AllowDual).
@@ -469,6 +501,7 @@ func (c Config) WithDefaults() Config {
 	c.PseudonymCacheSize = cmp.Or(c.PseudonymCacheSize, DefaultPseudonymCacheSize)
 	c.ReservationTTL = cmp.Or(c.ReservationTTL, DefaultReservationTTL)
 	c.SplitLeaseTTL = cmp.Or(c.SplitLeaseTTL, DefaultSplitLeaseTTL)
+	c.AllotmentHold = cmp.Or(c.AllotmentHold, DefaultAllotmentHold)
 	if c.InstanceID == "" {
 		c.InstanceID = "sluice"
 		if h, err := os.Hostname(); err == nil && h != "" && len(h) <= 128 {

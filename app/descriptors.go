@@ -63,6 +63,9 @@ type CountedWindow struct {
 	// Cluster) the request is decided across partitions, all or nothing
 	// (docs/adr/013).
 	Scope string
+	// NoAllotments keeps every request that counts this window out of
+	// allotments (docs/adr/019): each decided at the store.
+	NoAllotments bool
 }
 
 // EvaluateWindows decides req's windows all or nothing: if one refuses,
@@ -133,7 +136,9 @@ func (l *Limiter) prepareWindows(ev *evaluation, req *WindowsRequest) error {
 		return &domain.ContextError{Cause: domain.CauseDimensionInvalid, Detail: "scope out of bounds"}
 	}
 	tag := l.pseudonym(domain.DimensionDescriptor, req.RouteKey+"\x00"+req.Scope)
+	ev.allot = ev.mode == modeEvaluate
 	for _, cw := range req.Windows {
+		ev.allot = ev.allot && !cw.NoAllotments
 		switch {
 		case cw.Subject == "" || len(cw.Subject) > MaxSubjectLen || !utf8.ValidString(cw.Subject):
 			return &domain.ContextError{Cause: domain.CauseDimensionInvalid, Detail: "subject out of bounds"}

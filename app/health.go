@@ -247,6 +247,10 @@ func (l *Limiter) Close() error {
 		l.stopLoop()
 	})
 	l.wg.Wait()
+	if l.allots != nil {
+		// What the allotments did not spend goes back (docs/adr/019).
+		l.allots.close()
+	}
 	l.lag.close()
 	l.loopMu.Lock()
 	defer l.loopMu.Unlock()

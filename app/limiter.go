@@ -83,6 +83,9 @@ type Limiter struct {
 	// coalesce joins concurrent decisions on one key set into one store
 	// call; nil when the store cannot decide repeated requests.
 	coalesce *coalescer
+	// allots holds the instance's allotments (docs/adr/019); nil when the
+	// store cannot reserve ahead or Config.Allotments is off.
+	allots *allotter
 	// tenantPlans and keyPlans map pseudonyms to plans.
 	tenantPlans, keyPlans map[string]*plan
 
@@ -214,6 +217,7 @@ func newLimiter(cfg Config, deps Deps, afterTick func()) (*Limiter, error) {
 		l.clock = ports.SystemClock{}
 	}
 	_, l.systemClock = l.clock.(ports.SystemClock)
+	l.allots = newAllotter(l, deps.Store)
 	if l.prober == nil {
 		if hp, ok := deps.Store.(ports.HealthProber); ok {
 			l.prober = hp.HealthProber()
@@ -326,6 +330,10 @@ type evaluation struct {
 	// exactLayers is set when the caller reads every layer's remaining
 	// (the ADR-002 dual façade): the refusal cache cannot repeat those.
 	exactLayers bool
+	// allot is set when the decision may be taken from an allotment, or
+	// take one (docs/adr/019): a decision that consumes, on windows that
+	// allow them.
+	allot bool
 	// mode says what the decision does at the store: evaluate, reserve
 	// (Limiter.Reserve) or peek. A reservation holds its concurrency
 	// windows and its lease lasts ttl; lease is what the store gave it,
@@ -494,6 +502,7 @@ func (l *Limiter) prepare(ev *evaluation, req Request) error {
 	ev.action, ev.capWindow, ev.routeKey = p.action, p.capWindow, p.Name
 	ev.capDim, ev.capID = id.client()
 	ev.prof, ev.cost = p, cost
+	ev.allot = p.allot && ev.mode == modeEvaluate
 	ev.ttl = cmp.Or(p.leaseTTL, l.cfg.ReservationTTL)
 	ev.addProfileKeys(p, id, cost, ev.mode != modeEvaluate)
 	return nil
@@ -520,12 +529,18 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 		ev.d.State, ev.d.Cause, ev.d.Remaining = domain.Allowed, domain.CauseNoWindow, -1
 		return
 	}
+	allot := ev.allot && l.allots != nil
+	if allot && l.allots.spend(ev) {
+		// Admitted in process from units the store allotted, whatever
+		// the breaker says: they were counted (docs/adr/019).
+		return
+	}
 	if l.refusals.repeat(ev) {
 		return
 	}
 	if parts := l.partitions(ev); parts.n > 1 {
-		// Not coalesced: each side is a reservation of its own
-		// (docs/adr/013).
+		// Not coalesced, never allotted: each side is a reservation of
+		// its own (docs/adr/013).
 		l.runSplit(ctx, ev, &parts)
 		return
 	}
@@ -533,6 +548,9 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 	node := l.nodeOf(ev)
 	if !l.allowed(node) {
 		l.degraded(ctx, ev, domain.CauseBreakerOpen, nil)
+		return
+	}
+	if allot && l.allots.take(ctx, ev, node) {
 		return
 	}
 	gen := l.refusals.generation()
@@ -548,6 +566,9 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 		return
 	}
 	l.fromResult(ev, &res, domain.SourcePrimary)
+	if allot {
+		l.allots.observe(ev, &res)
+	}
 	switch {
 	case !res.Allowed && !heldRefused(ev, &res):
 		l.refusals.remember(ev, &res, gen)

@@ -42,6 +42,9 @@ type profile struct {
 	// keys is the key layout of each of Dimensions (docs/adr/015); nil
 	// names every window's own key.
 	keys []dimKeys
+	// allot is set when neither the profile nor one of its windows turns
+	// allotments off (docs/adr/019).
+	allot bool
 }
 
 // profileSet resolves route templates to profiles.
@@ -107,12 +110,14 @@ func buildProfile(pc ProfileConfig, matrix domain.DegradedMatrix, globals global
 	if pc.Settle != nil {
 		p.settle, p.reserving = *pc.Settle, true
 	}
+	p.allot = pc.Allotments != AllotmentsOff
 	for _, dw := range dimensionWindows(pc.Windows) {
 		if len(dw.windows) == 0 {
 			continue
 		}
 		ws := make([]domain.Window, 0, len(dw.windows))
 		for i, wc := range dw.windows {
+			p.allot = p.allot && wc.Allotments != AllotmentsOff
 			wpath := fmt.Sprintf("%s.windows.%s[%d]", path, dw.dim, i)
 			w, err := wc.window(wpath)
 			if err != nil {

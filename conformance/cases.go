@@ -61,11 +61,13 @@ func cases() []testCase {
 	// The cases above live by theme: algorithms.go, requests.go,
 	// clocks.go, contract.go, concurrency.go. Changes of a key's window,
 	// and instants out of order (changes.go); the optional ports.Reserver
-	// (reservations.go); shared logs (sharedlogs.go), the optional
+	// (reservations.go) and ports.Allotter (allotments.go); shared logs
+	// (sharedlogs.go), the optional
 	// ports.Repeater (repeated.go) and ports.Batcher (batches.go).
 	list = append(list, changeCases()...)
 	list = append(list, batchCases()...)
 	list = append(list, reservationCases()...)
+	list = append(list, allotmentCases()...)
 	list = append(list, sharedLogCases()...)
 	return append(list, testCase{name: "RepeatedRequestsAnswerAsSequentialOnes", run: repeatedRequestsAnswerAsSequentialOnes})
 }

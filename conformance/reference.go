@@ -56,6 +56,7 @@ var (
 	_ ports.Store     = (*referenceStore)(nil)
 	_ ports.Repeater  = (*referenceStore)(nil)
 	_ ports.Reserver  = (*referenceStore)(nil)
+	_ ports.Allotter  = (*referenceStore)(nil)
 	_ ports.Batcher   = (*referenceStore)(nil)
 	_ ports.Forgetter = (*referenceStore)(nil)
 )

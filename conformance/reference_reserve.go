@@ -56,6 +56,14 @@ func (s *referenceStore) slotsCheck(at int64, l domain.Limit) domain.LimitStatus
 }
 
 // Reserve implements ports.Reserver.
+// ReserveAhead is Reserve at now + ahead (ports.Allotter).
+func (s *referenceStore) ReserveAhead(ctx context.Context, now time.Time, ahead time.Duration, limits []domain.Limit, ttl time.Duration) (domain.Result, domain.Lease, error) {
+	if ahead < 0 || ahead > domain.MaxAllotmentHold {
+		return domain.Result{}, domain.Lease{}, &domain.LimitError{Index: -1, Field: "ahead", Reason: "out of range"}
+	}
+	return s.Reserve(ctx, now.Add(ahead), limits, ttl)
+}
+
 func (s *referenceStore) Reserve(ctx context.Context, now time.Time, limits []domain.Limit, ttl time.Duration) (domain.Result, domain.Lease, error) {
 	if err := s.enter(ctx); err != nil {
 		return domain.Result{}, domain.Lease{}, err

@@ -182,11 +182,19 @@ const (
 	// refusal, with the remaining wait, without asking the store again.
 	// Exact: units only leave a window with time.
 	SourceRefusalCache
+	// SourceAllotment: the instance admitted the request in process, from
+	// an allotment the primary store gave it (docs/adr/019-allotments.md):
+	// units reserved there for this instance's next requests of the key
+	// set. Exact across every instance, as the store's own decisions.
+	SourceAllotment
 )
 
-// String returns "none", "primary", "fallback" or "refusal_cache".
+// String returns "none", "primary", "fallback", "refusal_cache" or
+// "allotment".
 func (s Source) String() string {
 	switch s {
+	case SourceAllotment:
+		return "allotment"
 	case SourceRefusalCache:
 		return "refusal_cache"
 	case SourceNone:

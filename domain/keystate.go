@@ -14,11 +14,12 @@ import "time"
 //     outstanding units, all stamped at now (they leave at now+P).
 //   - S4: a sliding log under another limit or period: its timestamps
 //     speak for themselves.
-//   - S5: a sliding log forgets a unit for good only once it is older
-//     than latest − P − G, latest the latest instant the key has seen, P
-//     the longest period a sliding-log window wrote it with, G = min(grace,
-//     P): a caller lagging latest by less than G sees every unit of its
-//     window.
+//   - S5: a call at now forgets a unit of a sliding log for good only
+//     once it is at or before now − P − G, P the longest period a
+//     sliding-log window wrote the log with, G = min(grace, P): a caller
+//     lagging another by less than G sees every unit of its window. Units
+//     recorded ahead of now count for every caller, and are no clock: an
+//     allotment records its units ahead (docs/adr/019).
 //   - S6: an admitted request rewrites the key in its window's algorithm,
 //     the old state converted by S1–S3 first.
 //
@@ -30,34 +31,26 @@ import "time"
 type KeyState struct {
 	log  LogState
 	gcra GCRAState
-	// latest is the latest instant the key has seen, valid when seen.
-	latest int64
 	// span is the longest period (µs) of the sliding-log windows that
 	// wrote the log: what it keeps (S5), so that a longer window of the
 	// same key still counts its units after a shorter one used it.
 	span int64
 	algo Algorithm // which of log and gcra holds the state
-	seen bool
 }
 
 // Algorithm returns the algorithm the state was last written with; a key
 // never written reads as SlidingLog with an empty log.
 func (k *KeyState) Algorithm() Algorithm { return k.algo }
 
-// observe records now as the latest instant seen when it is.
-func (k *KeyState) observe(now int64) {
-	if !k.seen || now > k.latest {
-		k.latest, k.seen = now, true
-	}
-}
-
-// trimLog forgets the log's units that no window of the key can count any
-// more, for any caller lagging latest by less than the grace (S5).
-func (k *KeyState) trimLog(grace int64) {
-	if k.span == 0 {
+// trimLog forgets the log's units that no window of the key (nor one of
+// period p, the window about to read it) can count any more at now, nor
+// for a caller lagging now by less than the grace (S5).
+func (k *KeyState) trimLog(now, p, grace int64) {
+	span := max(k.span, p)
+	if span == 0 {
 		return
 	}
-	k.log.forget(k.latest - k.span - min(grace, k.span))
+	k.log.forget(now - span - min(grace, span))
 }
 
 // tat returns the TAT the key reads as under the GCRA window w at now (S1,
@@ -72,7 +65,7 @@ func (k *KeyState) tatUnder(now int64, w Window, t, grace int64) int64 {
 	if k.algo == GCRA {
 		return k.gcra.tatUnder(now, t)
 	}
-	k.trimLog(grace)
+	k.trimLog(now, w.PeriodMicros(), grace)
 	return now + k.log.Count(now, w.PeriodMicros())*t
 }
 
@@ -80,7 +73,6 @@ func (k *KeyState) tatUnder(now int64, w Window, t, grace int64) int64 {
 // without consuming anything. Units that no window can count any more are
 // forgotten on the way (S5), which changes no answer.
 func (k *KeyState) Check(now int64, w Window, cost, grace int64) LimitStatus {
-	k.observe(now)
 	switch {
 	case w.Algorithm == GCRA:
 		t := w.emissionIs(k.gcra.Interval)
@@ -88,7 +80,7 @@ func (k *KeyState) Check(now int64, w Window, cost, grace int64) LimitStatus {
 	case k.algo == GCRA:
 		return stampedCheck(k.gcra.Outstanding(now), w, cost)
 	}
-	k.trimLog(grace)
+	k.trimLog(now, w.PeriodMicros(), grace)
 	p := w.PeriodMicros()
 	return k.log.check(k.cursor(p), now, p, w.Limit, cost)
 }
@@ -129,7 +121,7 @@ func (k *KeyState) Fit(now int64, w Window, cost, grace int64) int64 {
 	case k.algo == GCRA:
 		return max((w.Limit-k.gcra.Outstanding(now))/cost, 0)
 	}
-	k.trimLog(grace)
+	k.trimLog(now, w.PeriodMicros(), grace)
 	return k.log.fit(k.cursor(w.PeriodMicros()), now, w, cost)
 }
 
@@ -139,7 +131,6 @@ func (k *KeyState) Fit(now int64, w Window, cost, grace int64) int64 {
 // allowed). The key is rewritten in w's algorithm, the other algorithm's
 // state converted first (S6).
 func (k *KeyState) Committed(now int64, w Window, cost, grace int64, checked LimitStatus) LimitStatus {
-	k.observe(now)
 	if w.Algorithm == GCRA {
 		t := w.emissionIs(k.gcra.Interval)
 		if k.algo != GCRA {
@@ -171,7 +162,7 @@ func (k *KeyState) logFor(now, p, grace int64) {
 		}
 	}
 	k.span = max(k.span, p)
-	k.trimLog(grace)
+	k.trimLog(now, p, grace)
 }
 
 // CommittedShared records cost units at now, once, in a sliding log that
@@ -182,7 +173,6 @@ func (k *KeyState) logFor(now, p, grace int64) {
 // only after every Check of the request allowed; the other windows of
 // the log then read theirs with SharedCommitted.
 func (k *KeyState) CommittedShared(now int64, period time.Duration, w Window, cost, grace int64, checked LimitStatus) LimitStatus {
-	k.observe(now)
 	k.logFor(now, int64(period/time.Microsecond), grace)
 	k.log.commit(now, cost)
 	return k.SharedCommitted(now, w, checked)

@@ -21,7 +21,6 @@ import "sort"
 // rewritten in the other algorithm since the reservation (its window
 // changed) gives back what its converted state still holds.
 func (k *KeyState) Refund(now, at int64, w Window, d int64) {
-	k.observe(now)
 	if d <= 0 {
 		return
 	}
@@ -44,7 +43,6 @@ func (k *KeyState) Refund(now, at int64, w Window, d int64) {
 // first (S6 of docs/adr/009).
 func (k *KeyState) Charge(now int64, w Window, d, grace int64) {
 	if d <= 0 {
-		k.observe(now)
 		return
 	}
 	if w.Algorithm == GCRA {

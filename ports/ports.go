@@ -260,12 +260,17 @@ const (
 	OpReserve
 	OpSettle
 	OpRenew
+	// OpAllot is an allotment taken (Allotter.ReserveAhead,
+	// docs/adr/019); giving back what it did not spend is an OpSettle.
+	OpAllot
 )
 
-// String returns "evaluate", "peek", "reset", "reserve", "settle" or
-// "renew".
+// String returns "evaluate", "peek", "reset", "reserve", "settle",
+// "renew" or "allot".
 func (o StoreOp) String() string {
 	switch o {
+	case OpAllot:
+		return "allot"
 	case OpReserve:
 		return "reserve"
 	case OpSettle:

@@ -23,7 +23,10 @@ import (
 // the records and slots that ended more than IdleGrace ago are dropped
 // whenever the entry is reserved, settled, renewed or swept.
 
-var _ ports.Reserver = (*Store)(nil)
+var (
+	_ ports.Reserver = (*Store)(nil)
+	_ ports.Allotter = (*Store)(nil)
+)
 
 // held is what one key holds for reservations.
 type held struct {
@@ -164,6 +167,15 @@ func (s *Store) Reserve(ctx context.Context, now time.Time, limits []domain.Limi
 	}
 	s.unlockAll(b, len(limits))
 	return domain.NewResult(st[:len(limits)]), lease, nil
+}
+
+// ReserveAhead is Reserve at now + ahead; see ports.Allotter and
+// docs/adr/019-allotments.md.
+func (s *Store) ReserveAhead(ctx context.Context, now time.Time, ahead time.Duration, limits []domain.Limit, ttl time.Duration) (domain.Result, domain.Lease, error) {
+	if ahead < 0 || ahead > domain.MaxAllotmentHold {
+		return domain.Result{}, domain.Lease{}, &domain.LimitError{Index: -1, Field: "ahead", Reason: fmt.Sprintf("must be between 0 and %s", domain.MaxAllotmentHold)}
+	}
+	return s.Reserve(ctx, now.Add(ahead), limits, ttl)
 }
 
 // hold takes every limit of an admitted reservation under lease, its

@@ -78,6 +78,20 @@ func newLeaseID() (string, error) {
 // returned, so it is never settled; it expires after ttl, counted at its
 // cost, and its concurrency slots come back then. Reserve is not retried.
 func (s *Store) Reserve(ctx context.Context, now time.Time, limits []domain.Limit, ttl time.Duration) (domain.Result, domain.Lease, error) {
+	return s.reserve(ctx, now, 0, limits, ttl)
+}
+
+// ReserveAhead is Reserve at the script's instant plus ahead: now + ahead
+// under CallerTime, Redis' TIME + ahead under ServerTime; see
+// ports.Allotter and docs/adr/019-allotments.md.
+func (s *Store) ReserveAhead(ctx context.Context, now time.Time, ahead time.Duration, limits []domain.Limit, ttl time.Duration) (domain.Result, domain.Lease, error) {
+	if ahead < 0 || ahead > domain.MaxAllotmentHold {
+		return domain.Result{}, domain.Lease{}, &domain.LimitError{Index: -1, Field: "ahead", Reason: fmt.Sprintf("must be between 0 and %s", domain.MaxAllotmentHold)}
+	}
+	return s.reserve(ctx, now, ahead.Microseconds(), limits, ttl)
+}
+
+func (s *Store) reserve(ctx context.Context, now time.Time, ahead int64, limits []domain.Limit, ttl time.Duration) (domain.Result, domain.Lease, error) {
 	if err := domain.ValidateLeaseTTL(ttl); err != nil {
 		return domain.Result{}, domain.Lease{}, err
 	}
@@ -92,7 +106,7 @@ func (s *Store) Reserve(ctx context.Context, now time.Time, limits []domain.Limi
 	if err != nil {
 		return domain.Result{}, domain.Lease{}, err
 	}
-	reply, err := s.call(ctx, now, limits, request{n: 1, consume: true, op: opReserve, lease: id, leaseKey: lkey, extra: ttl.Microseconds()})
+	reply, err := s.call(ctx, now, limits, request{n: 1, consume: true, op: opReserve, lease: id, leaseKey: lkey, extra: ttl.Microseconds(), ahead: ahead})
 	if err != nil {
 		return domain.Result{}, domain.Lease{}, err
 	}

@@ -342,6 +342,38 @@ func TestLeaseOnServerTime(t *testing.T) {
 	assert.Equal(t, int64(9), p.Remaining, "the refund found the units stamped at the server's instant")
 }
 
+// TestReserveAheadOnServerTime: under ServerTime the script adds ahead
+// to the server's instant (docs/adr/019): the lease's At is TIME + ahead,
+// the units recorded then, and a refund at the allotment's end finds
+// them there.
+func TestReserveAheadOnServerTime(t *testing.T) {
+	cfg := topologies[0].cfg(t)
+	cfg.Time = redis.ServerTime
+	s := newStore(t, cfg)
+	const ahead = 5 * time.Second
+	w := sliding(10, time.Minute)
+	aw, ok := domain.AllotWindow(w, ahead)
+	require.True(t, ok)
+	key := "res:{" + tag(t) + "}:w"
+	before := time.Now()
+	r, lease, err := s.ReserveAhead(t.Context(), time.Unix(0, 0), ahead, []domain.Limit{{Key: key, Window: aw, Cost: 6}}, time.Minute)
+	after := time.Now()
+	require.NoError(t, err)
+	require.True(t, r.Allowed)
+	// The machine's clock and the server's are one here; a second of
+	// slack only for a loaded machine.
+	assert.WithinRange(t, lease.At, before.Add(ahead-time.Second), after.Add(ahead+time.Second))
+	got, err := s.Settle(t.Context(), time.Unix(0, 0), lease, []domain.Limit{{Key: key, Window: aw, Cost: 6}}, 2)
+	require.NoError(t, err)
+	require.Equal(t, domain.Settled, got)
+	p, err := s.Peek(t.Context(), time.Time{}, []domain.Limit{{Key: key, Window: w, Cost: 1}})
+	require.NoError(t, err)
+	assert.Equal(t, int64(8), p.Remaining, "2 spent stay counted, 4 came back")
+	_, _, err = s.ReserveAhead(t.Context(), time.Unix(0, 0), domain.MaxAllotmentHold+time.Microsecond, []domain.Limit{{Key: key, Window: aw, Cost: 1}}, time.Minute)
+	var le *domain.LimitError
+	assert.ErrorAs(t, err, &le, "ahead past MaxAllotmentHold")
+}
+
 // TestPartition: a cluster store names the key's slot; a standalone one
 // has one partition.
 func TestPartition(t *testing.T) {

@@ -143,6 +143,7 @@ var (
 	_ ports.Repeater    = (*Store)(nil)
 	_ ports.Forgetter   = (*Store)(nil)
 	_ ports.Reserver    = (*Store)(nil)
+	_ ports.Allotter    = (*Store)(nil)
 	_ ports.Partitioned = (*Store)(nil)
 	_ ports.Batcher     = (*Store)(nil)
 )
@@ -190,6 +191,9 @@ type request struct {
 	// Settle's actual cost.
 	lease, leaseKey string
 	extra           int64
+	// ahead is how far ahead of its instant the call is made
+	// (ReserveAhead), in microseconds.
+	ahead int64
 }
 
 // maxFigureMicros bounds a retry-after or reset-after the script may
@@ -488,9 +492,11 @@ func (s *Store) pack(buf *callBuf, now time.Time, limits []domain.Limit, req *re
 		flags |= flagConsume
 	}
 	if s.serverTime {
+		// The script adds it to TIME.
 		flags |= flagServerTime
+		us = req.ahead
 	} else {
-		us = now.UnixMicro()
+		us = now.UnixMicro() + req.ahead
 	}
 	p := binary.BigEndian.AppendUint64(buf.packed[:0], uint64(us))
 	p = append(p, flags)

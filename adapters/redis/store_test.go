@@ -259,13 +259,22 @@ func replayAgainstReference(t *testing.T, s *redis.Store, grace time.Duration, w
 			keys[i] = fmt.Sprintf("ref:{%s}:%d", tg, i)
 		}
 		now := time.Now().Truncate(time.Second)
+		latest := now
 		for step := range 250 {
 			switch p := rng.IntN(100); {
-			case p < 10: // backwards jump
+			case p < 10: // backwards jump, within the grace of the latest
+				// instant (S5 promises nothing further back: each store
+				// forgets a unit when its own rule says)
 				now = now.Add(-time.Duration(rng.Int64N(int64(5 * time.Second))).Truncate(time.Microsecond))
+				if floor := latest.Add(-grace); now.Before(floor) {
+					now = floor
+				}
 			case p < 30: // same instant
 			default:
 				now = now.Add(time.Duration(rng.Int64N(int64(4 * time.Second))).Truncate(time.Microsecond))
+			}
+			if now.After(latest) {
+				latest = now
 			}
 			idx := rng.Perm(len(keys))[:1+rng.IntN(len(keys))]
 			limits := make([]domain.Limit, len(idx))

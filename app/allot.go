@@ -1,0 +1,477 @@
+package app
+
+import (
+	"context"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/domain"
+	"github.com/sluicehq/sluice/ports"
+)
+
+// Allotments (docs/adr/019-allotments.md). A key set (the same keys,
+// windows and costs) that this instance decides often enough to pay for
+// it, and that is far from its limits, takes an allotment: m requests
+// reserved at the primary store in one call, made as if at the decision's
+// instant plus a hold H under the windows domain.AllotWindow gives, so
+// that the instance may admit them at any instant of [t0, t0 + H]
+// without exceeding any window in any period, whatever every other
+// instance does. The next requests of the key set are then admitted in
+// process, from the allotment, with no store call (Source
+// SourceAllotment), until it is spent or its hold ends; what it did not
+// spend goes back to the store (Settle on its sliding logs). A window
+// near its limit gets a small allotment, then none: an allotment takes at
+// most a quarter of what the store said was left, and under
+// allotMinRequests requests the key set is decided at the store one
+// request at a time, exactly as without allotments.
+//
+// While the store cannot answer, what an instance holds stays its to
+// spend (its units are counted at the store); nothing more is taken. A
+// Reset drops the allotments on its keys at once.
+
+// allotMinRequests is the fewest requests worth an allotment: under it
+// the store decides one request at a time.
+const allotMinRequests = 4
+
+// allotShare is the share of what a window has left that one allotment
+// takes at most: near the limit allotments shrink geometrically, then
+// stop.
+const allotShare = 4
+
+// allotMaxRequests bounds one allotment.
+const allotMaxRequests = 1 << 16
+
+// allotShards spreads the key sets over locks.
+const allotShards = 64
+
+// allotMaxKeys bounds the key sets one shard tracks; past it, an idle one
+// is forgotten for the newcomer.
+const allotMaxKeys = 1024
+
+// allotter holds the instance's allotments, one per key set at most.
+type allotter struct {
+	l      *Limiter
+	store  ports.Allotter
+	hold   time.Duration // Config.AllotmentHold
+	seed   maphash.Seed
+	shards [allotShards]allotShard
+
+	// The sweeper gives back allotments whose hold ended. closed is set
+	// by close: no allotment is taken after it.
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	closed atomic.Bool
+	// gone counts the allotments given back, spent out or dropped; taken
+	// those taken (Limiter.Allotments).
+	taken, spentOut, returned, dropped atomic.Uint64
+}
+
+type allotShard struct {
+	mu   sync.Mutex
+	keys map[uint64]*allotKey
+}
+
+// allotKey is one key set's state on this instance.
+type allotKey struct {
+	first string // the first key and the number of limits confirm the fingerprint
+	n     int
+	keys  []string // every key of the set (a Reset of one drops the allotment)
+
+	// Under the shard's lock: the decisions on the key set in the span
+	// that began at spanStart (on the Limiter's clock, ns) and in the one
+	// before, the least requests every window had left at the last store
+	// answer (-1: unknown), and whether a take is in flight.
+	spanStart int64
+	cur, prev int64
+	room      int64
+	taking    bool
+	lastSeen  int64
+
+	held atomic.Pointer[allotment]
+}
+
+// allotment is one allotment held.
+type allotment struct {
+	m     int64 // requests allotted
+	left  atomic.Int64
+	start time.Time // t0, the decision's instant
+	end   time.Time // t0 + hold: the last instant a request may be admitted from it
+	hold  time.Duration
+	lease domain.Lease
+	// logs are the allotment's sliding-log limits as reserved (the
+	// allotment's windows, cost m × the request's), which Settle gives
+	// back what was not spent on; empty for an allotment of GCRA windows
+	// only, which gives nothing back (docs/adr/019).
+	logs []domain.Limit
+	cost int64 // the first log's cost per request
+	// st is each window's status after the allotment (in the request's
+	// order), under the allotment's windows, and ahead how far after t0
+	// the store's answer was made (the reset-afters are from then).
+	st   [domain.MaxLimits]domain.LimitStatus
+	n    int
+	node string
+	done atomic.Bool
+}
+
+// newAllotter returns the Limiter's allotter, or nil when the primary
+// store cannot reserve ahead or Config.Allotments is off.
+func newAllotter(l *Limiter, store ports.Store) *allotter {
+	al, ok := store.(ports.Allotter)
+	if !ok || l.cfg.Allotments == AllotmentsOff {
+		return nil
+	}
+	a := &allotter{l: l, store: al, hold: l.cfg.AllotmentHold, seed: maphash.MakeSeed(), stop: make(chan struct{})}
+	for i := range a.shards {
+		a.shards[i].keys = map[uint64]*allotKey{}
+	}
+	a.wg.Add(1)
+	go a.sweep()
+	return a
+}
+
+// key returns ev's key set state and its shard, or nil when the key set
+// is not tracked (create false) or ev's fingerprint names another one.
+func (a *allotter) key(ev *evaluation, create bool) (*allotShard, *allotKey) {
+	fp := fingerprint(a.seed, ev)
+	sh := &a.shards[fp%allotShards]
+	sh.mu.Lock()
+	k := sh.keys[fp]
+	switch {
+	case k != nil && (k.first != ev.limits[0].Key || k.n != ev.n):
+		k = nil
+	case k == nil && create:
+		if len(sh.keys) >= allotMaxKeys && !sh.evictOne() {
+			break
+		}
+		k = &allotKey{first: ev.limits[0].Key, n: ev.n, room: -1, keys: make([]string, ev.n)}
+		for i := range ev.n {
+			k.keys[i] = ev.limits[i].Key
+		}
+		sh.keys[fp] = k
+	}
+	sh.mu.Unlock()
+	return sh, k
+}
+
+// evictOne forgets one key set that holds no allotment and has no take
+// in flight; false when every one does. Called under the shard's lock.
+func (sh *allotShard) evictOne() bool {
+	for fp, k := range sh.keys {
+		if k.held.Load() == nil && !k.taking {
+			delete(sh.keys, fp)
+			return true
+		}
+	}
+	return false
+}
+
+// seen counts a decision on k at now (ns), under the shard's lock, in
+// spans of hold.
+func (k *allotKey) seen(now int64, hold time.Duration) {
+	switch d := now - k.spanStart; {
+	case d >= 2*int64(hold):
+		k.prev, k.cur, k.spanStart = 0, 0, now
+	case d >= int64(hold):
+		k.prev, k.cur, k.spanStart = k.cur, 0, now
+	}
+	k.cur++
+	k.lastSeen = now
+}
+
+// demand is the requests the key set is expected to bring over the next
+// hold: the larger of the last whole span's and the current one's pace.
+func (k *allotKey) demand(now int64, hold time.Duration) int64 {
+	d := k.prev
+	if el := now - k.spanStart; el > 0 {
+		d = max(d, k.cur*int64(hold)/el)
+	}
+	return d
+}
+
+// spend admits ev from its key set's allotment, if one is held and
+// covers ev's instant, and reports whether it did.
+func (a *allotter) spend(ev *evaluation) bool {
+	sh, k := a.key(ev, false)
+	if k == nil {
+		return false
+	}
+	al := k.held.Load()
+	switch {
+	case al == nil || ev.now.Before(al.start):
+		return false
+	case ev.now.After(al.end):
+		// Its hold ended: what is left goes back now, and the decision
+		// may take the next one.
+		if k.held.CompareAndSwap(al, nil) {
+			go a.giveBack(context.WithoutCancel(context.Background()), al, ev.now)
+		}
+		return false
+	}
+	if al.left.Add(-1) < 0 {
+		if k.held.CompareAndSwap(al, nil) && al.done.CompareAndSwap(false, true) {
+			a.spentOut.Add(1)
+		}
+		return false
+	}
+	sh.mu.Lock()
+	k.seen(ev.now.UnixNano(), al.hold)
+	sh.mu.Unlock()
+	a.l.fromAllotment(ev, al)
+	return true
+}
+
+// holdFor is the hold of ev's allotments: Config.AllotmentHold, no
+// longer than half of any window's period; 0 when a window cannot be
+// allotted.
+func (a *allotter) holdFor(ev *evaluation) time.Duration {
+	h := a.hold
+	for i := range ev.n {
+		w := ev.limits[i].Window
+		if w.Algorithm == domain.Concurrency {
+			return 0
+		}
+		h = min(h, w.Period/2)
+	}
+	return h.Truncate(time.Microsecond)
+}
+
+// observe learns from a store decision on ev's key set: one more request,
+// and what every window had left (in requests of ev's cost).
+func (a *allotter) observe(ev *evaluation, res *domain.Result) {
+	sh, k := a.key(ev, true)
+	if k == nil {
+		return
+	}
+	room := int64(-1)
+	if res.Allowed {
+		for i, st := range res.Statuses() {
+			r := st.Remaining / ev.limits[i].Cost
+			if room < 0 || r < room {
+				room = r
+			}
+		}
+	} else {
+		room = 0
+	}
+	sh.mu.Lock()
+	k.seen(ev.now.UnixNano(), a.holdFor(ev))
+	k.room = room
+	sh.mu.Unlock()
+}
+
+// take decides ev by taking an allotment of its key set when the key set
+// is hot enough to pay for one and far enough from its limits: ev is the
+// allotment's first request. It reports whether ev was decided (admitted
+// from a new allotment, or failed at the store); false leaves ev to the
+// usual store call (no allotment was worth taking, or the store refused
+// one that large).
+func (a *allotter) take(ctx context.Context, ev *evaluation, node string) bool {
+	hold := a.holdFor(ev)
+	if hold <= 0 || a.closed.Load() {
+		return false
+	}
+	sh, k := a.key(ev, false)
+	if k == nil {
+		return false
+	}
+	now := ev.now.UnixNano()
+	sh.mu.Lock()
+	m := min(k.demand(now, hold)*5/4, k.room/allotShare, allotMaxRequests)
+	if k.taking || k.room < 0 || m < allotMinRequests || k.held.Load() != nil {
+		sh.mu.Unlock()
+		return false
+	}
+	k.taking = true
+	sh.mu.Unlock()
+	defer func() {
+		sh.mu.Lock()
+		k.taking = false
+		sh.mu.Unlock()
+	}()
+	// The allotment's windows, sliding logs first: Settle gives back on
+	// them alone, and a lease record lives beside the first key.
+	var limits [domain.MaxLimits]domain.Limit
+	var order [domain.MaxLimits]int
+	j := 0
+	for _, logs := range []bool{true, false} {
+		for i := range ev.n {
+			l := ev.limits[i]
+			if (l.Window.Algorithm == domain.SlidingLog) != logs {
+				continue
+			}
+			w, ok := domain.AllotWindow(l.Window, hold)
+			if !ok || l.Cost*m > w.Limit {
+				return false
+			}
+			l.Window, l.Cost = w, l.Cost*m
+			limits[j], order[j] = l, i
+			j++
+		}
+	}
+	var res domain.Result
+	var lease domain.Lease
+	start, took, err := a.l.timed(ctx, ports.OpAllot, ev.n, func(ctx context.Context) (err error) {
+		res, lease, err = a.store.ReserveAhead(ctx, ev.now, hold, limits[:ev.n], allotLeaseTTL(hold))
+		return err
+	})
+	ev.latency += took
+	ev.madeCall, ev.callStart = true, start
+	ev.transErr = a.l.storeOutcome(ctx, node, start, err)
+	if err != nil {
+		a.l.failed(ctx, ev, err)
+		return true
+	}
+	if !res.Allowed {
+		// Too large for what is left: decided on its own, and the next
+		// allotment sized from that answer.
+		sh.mu.Lock()
+		k.room = 0
+		sh.mu.Unlock()
+		return false
+	}
+	al := &allotment{m: m, start: ev.now, end: ev.now.Add(hold), hold: hold, lease: lease, n: ev.n, node: node}
+	al.left.Store(m - 1)
+	for x := range ev.n {
+		al.st[order[x]] = res.Status(x)
+		if limits[x].Window.Algorithm == domain.SlidingLog {
+			al.logs = append(al.logs, limits[x])
+		}
+	}
+	if len(al.logs) > 0 {
+		al.cost = al.logs[0].Cost / m
+	}
+	k.held.Store(al)
+	a.taken.Add(1)
+	sh.mu.Lock()
+	k.seen(now, hold)
+	sh.mu.Unlock()
+	a.l.fromAllotment(ev, al)
+	ev.d.Source = domain.SourcePrimary
+	return true
+}
+
+// allotLeaseTTL is the TTL of an allotment's lease: time to give back
+// what was not spent after the hold (on a store slowed by a burst).
+func allotLeaseTTL(hold time.Duration) time.Duration {
+	return max(domain.MinLeaseTTL, 2*hold+2*time.Second)
+}
+
+// fromAllotment makes ev's decision an admission from al: each window's
+// status as the store gave it for the allotment (under the allotment's
+// windows, which count every request of it as consumed: the remaining
+// reported is never above what is left), the reset-afters counted from
+// the store's instant, t0 + hold, to ev's.
+func (l *Limiter) fromAllotment(ev *evaluation, al *allotment) {
+	var st [domain.MaxLimits]domain.LimitStatus
+	shift := al.end.Sub(ev.now)
+	for i := range al.n {
+		st[i] = al.st[i]
+		st[i].RetryAfter = 0
+		st[i].ResetAfter += shift
+	}
+	res := domain.NewResult(st[:al.n])
+	l.fromResult(ev, &res, domain.SourceAllotment)
+}
+
+// giveBack ends al, at now: what it did not spend goes back to the store
+// on its sliding logs, in a store call of its own, recorded and accounted
+// to its node; a failed call leaves it counted (never more than was
+// allotted), as a crash would.
+func (a *allotter) giveBack(ctx context.Context, al *allotment, now time.Time) {
+	if !al.done.CompareAndSwap(false, true) {
+		return
+	}
+	left := al.left.Swap(0)
+	if left <= 0 {
+		a.spentOut.Add(1)
+		return
+	}
+	a.returned.Add(1)
+	if len(al.logs) == 0 || !a.l.allowed(al.node) {
+		return
+	}
+	spent := (al.m - left) * al.cost
+	_, err := a.l.timedCall(ctx, ports.OpSettle, al.node, len(al.logs), func(ctx context.Context) error {
+		_, err := a.store.Settle(ctx, now, al.lease, al.logs, spent)
+		return err
+	})
+	_ = err // the outcome is recorded and accounted by timedCall
+}
+
+// sweep gives back, every quarter of the hold, the allotments whose hold
+// ended, and those idle for half of it; it forgets key sets idle for two
+// holds. At Close it gives back every allotment held.
+func (a *allotter) sweep() {
+	defer a.wg.Done()
+	tk := a.l.clock.NewTicker(max(a.hold/4, time.Millisecond))
+	defer tk.Stop()
+	for {
+		select {
+		case <-a.stop:
+			a.each(func(k *allotKey, al *allotment) bool { return true })
+			return
+		case <-tk.C():
+		}
+		now := a.l.clock.Now()
+		a.each(func(k *allotKey, al *allotment) bool {
+			return now.After(al.end) || now.UnixNano()-k.lastSeen > int64(al.hold/2)
+		})
+	}
+}
+
+// each gives back every allotment for which end says so, and forgets the
+// key sets idle for two holds that hold none.
+func (a *allotter) each(end func(k *allotKey, al *allotment) bool) {
+	now := a.l.clock.Now()
+	var ending []*allotment
+	for i := range a.shards {
+		sh := &a.shards[i]
+		sh.mu.Lock()
+		for fp, k := range sh.keys {
+			al := k.held.Load()
+			if al == nil {
+				if !k.taking && now.UnixNano()-k.lastSeen > 2*int64(a.hold) {
+					delete(sh.keys, fp)
+				}
+				continue
+			}
+			if end(k, al) && k.held.CompareAndSwap(al, nil) {
+				ending = append(ending, al)
+			}
+		}
+		sh.mu.Unlock()
+	}
+	for _, al := range ending {
+		a.giveBack(context.Background(), al, now)
+	}
+}
+
+// drop forgets, without giving back, the allotments on key sets that
+// name one of keys (a Reset forgot their counts).
+func (a *allotter) drop(keys []string) {
+	for i := range a.shards {
+		sh := &a.shards[i]
+		sh.mu.Lock()
+		for fp, k := range sh.keys {
+			if !slices.ContainsFunc(k.keys, func(key string) bool { return slices.Contains(keys, key) }) {
+				continue
+			}
+			if al := k.held.Swap(nil); al != nil && al.done.CompareAndSwap(false, true) {
+				a.dropped.Add(1)
+			}
+			delete(sh.keys, fp)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// close gives back every allotment held and stops the sweeper.
+func (a *allotter) close() {
+	if a.closed.CompareAndSwap(false, true) {
+		close(a.stop)
+	}
+	a.wg.Wait()
+}
