@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -82,7 +81,6 @@ func TestImage(t *testing.T) {
 	// ports are checked above). The Redis speaks TLS with a private CA,
 	// given in SSL_CERT_FILE as deploy/README.md says.
 	t.Run("Serves", func(t *testing.T) {
-		require.NoError(t, os.Chmod(filepath.Dir(bin), 0o755))
 		config := worldReadableDir(t)
 		require.NoError(t, os.WriteFile(filepath.Join(config, "edge.yaml"),
 			[]byte(dig(t, kinds["ConfigMap"], "data", "edge.yaml").(string)), 0o644))
@@ -91,19 +89,12 @@ func TestImage(t *testing.T) {
 		require.NoError(t, os.WriteFile(ca, read(t, redis.CAFile()), 0o644))
 		secret := make([]byte, 32)
 		_, _ = rand.Read(secret)
-		cmd := exec.Command(bin, "-config", config,
-			"-grpc-addr", "127.0.0.1:0", "-health-addr", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0")
-		cmd.Dir = "/"
-		cmd.Env = cmdtest.Env([]string{"RATE_LIMIT_HMAC_SECRET=" + hex.EncodeToString(secret), "REDIS_URL=" + redis.URL(), "SSL_CERT_FILE=" + ca})
-		cmdtest.RunAs(cmd, uid, gid)
-		p := start(t, cmd)
-
-		puid, pgid, err := cmdtest.ProcessIDs(cmd.Process.Pid)
+		cmd, err := cmdtest.ImageCommand(bin, uid, gid,
+			[]string{"RATE_LIMIT_HMAC_SECRET=" + hex.EncodeToString(secret), "REDIS_URL=" + redis.URL(), "SSL_CERT_FILE=" + ca},
+			"-config", config, "-grpc-addr", "127.0.0.1:0", "-health-addr", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0")
 		require.NoError(t, err)
-		assert.NotZero(t, puid, "the service runs as a user that is not root")
-		if os.Geteuid() == 0 {
-			assert.Equal(t, []int{uid, gid}, []int{puid, pgid}, "the image's USER")
-		}
+		p := start(t, cmd)
+		require.NoError(t, cmdtest.CheckRunsAs(cmd.Process.Pid, uid, gid))
 
 		conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		require.NoError(t, err)

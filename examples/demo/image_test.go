@@ -6,8 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -62,21 +61,11 @@ func TestImage(t *testing.T) {
 	// environment (no HOME, no TMPDIR, no PATH); loopback ports chosen by
 	// the kernel, given after the entrypoint's (the last flag wins).
 	t.Run("Serves", func(t *testing.T) {
-		require.NoError(t, os.Chmod(filepath.Dir(bin), 0o755))
-		args := append(append(cf.Entrypoint[1:len(cf.Entrypoint):len(cf.Entrypoint)], cf.Cmd...),
-			"-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0")
-		cmd := exec.Command(bin, args...)
-		cmd.Dir = "/"
-		cmd.Env = cmdtest.Env([]string{})
-		cmdtest.RunAs(cmd, uid, gid)
-		p := start(t, cmd)
-
-		puid, pgid, err := cmdtest.ProcessIDs(cmd.Process.Pid)
+		args := append(slices.Concat(cf.Entrypoint[1:], cf.Cmd), "-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0")
+		cmd, err := cmdtest.ImageCommand(bin, uid, gid, nil, args...)
 		require.NoError(t, err)
-		assert.NotZero(t, puid, "the demo runs as a user that is not root")
-		if os.Geteuid() == 0 {
-			assert.Equal(t, []int{uid, gid}, []int{puid, pgid}, "the image's USER")
-		}
+		p := start(t, cmd)
+		require.NoError(t, cmdtest.CheckRunsAs(cmd.Process.Pid, uid, gid))
 		resp, body := p.get(t, "GET", "/api/v1/search", http.Header{"X-Demo-User": {"alice@example.org"}})
 		assert.Equal(t, http.StatusOK, resp.StatusCode, body)
 		resp, body = p.get(t, "GET", "/metrics", nil)

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -125,17 +127,43 @@ func CheckImageBinary(path string) error {
 	return nil
 }
 
-// RunAs makes cmd run as uid:gid when the test runs as root (CI, a
-// container); otherwise the test's own uid, which is not root either.
-// The binary and everything it reads must then be readable by uid.
-func RunAs(cmd *exec.Cmd, uid, gid int) {
-	if os.Geteuid() != 0 {
-		return
+// ImageCommand returns the command that runs bin with args as an image
+// runs its entrypoint: in /, with env and nothing else (no HOME, TMPDIR or
+// PATH; GOCOVERDIR under make cover), and as uid:gid when the test runs
+// as root (CI, a container), else as the test's own uid, which is not
+// root either. bin's directory is made readable by uid; what else the
+// process reads must be too.
+func ImageCommand(bin string, uid, gid int, env []string, args ...string) (*exec.Cmd, error) {
+	if err := os.Chmod(filepath.Dir(bin), 0o755); err != nil {
+		return nil, err
 	}
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = "/"
+	cmd.Env = Env(slices.Clip(env))
+	if cmd.Env == nil {
+		cmd.Env = []string{} // nil would mean the test's own environment
 	}
-	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	if os.Geteuid() == 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	}
+	return cmd, nil
+}
+
+// CheckRunsAs checks that the running process pid, started by
+// ImageCommand, is not root, and runs as uid:gid when the test runs as
+// root.
+func CheckRunsAs(pid, uid, gid int) error {
+	puid, pgid, err := ProcessIDs(pid)
+	if err != nil {
+		return err
+	}
+	if puid == 0 {
+		return fmt.Errorf("process %d runs as root", pid)
+	}
+	if os.Geteuid() == 0 && (puid != uid || pgid != gid) {
+		return fmt.Errorf("process %d runs as %d:%d, not %d:%d", pid, puid, pgid, uid, gid)
+	}
+	return nil
 }
 
 // ProcessIDs reads a running process's effective uid and gid from

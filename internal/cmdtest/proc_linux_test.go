@@ -14,3 +14,14 @@ func TestProcessIDs(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []int{os.Geteuid(), os.Getegid()}, []int{uid, gid})
 }
+
+// TestCheckRunsAs: this test process is refused when it runs as root (a
+// root test run, CI's), and accepted otherwise.
+func TestCheckRunsAs(t *testing.T) {
+	err := CheckRunsAs(os.Getpid(), 65532, 65532)
+	if os.Geteuid() == 0 {
+		assert.ErrorContains(t, err, "runs as root")
+	} else {
+		assert.NoError(t, err)
+	}
+}
