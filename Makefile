@@ -177,10 +177,28 @@ lint:
 	$(GO) run $(STATICCHECK) $(PKGS)
 	cd bench && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
-## cover: tests with a coverage profile and a per-function summary.
+## cover: every test with coverage, under the race detector as make test
+## runs them, and the binaries that the tests of cmd/sluice, cmd/sluice-rls
+## and examples/demo start, built with Go's integration coverage of every
+## package of the module (SLUICE_COVERDIR: internal/cmdtest) and writing
+## their profiles to COVERDIR/bin (world-writable: TestImage runs them as
+## uid 65532 when root). Both are merged into coverage.out (the
+## same block counted once: go tool cover merges them); prints each
+## package's figure and the total, and fails under COVERMIN percent.
+## `go tool cover -html=coverage.out` shows it line by line.
+COVERMIN ?= 85
+COVERDIR ?= $(CURDIR)/.cover
 cover: deps
-	$(GO) test -race -count=1 -timeout 12m -coverprofile=coverage.out -covermode=atomic $(PKGS)
-	$(GO) tool cover -func=coverage.out | tail -n 1
+	rm -rf $(COVERDIR) && mkdir -p $(COVERDIR)/bin && chmod 1777 $(COVERDIR)/bin
+	SLUICE_COVERDIR=$(COVERDIR)/bin $(GO) test -race -count=1 -timeout 12m \
+		-covermode=atomic -coverprofile=$(COVERDIR)/unit.out $(PKGS)
+	$(GO) tool covdata textfmt -i=$(COVERDIR)/bin -o $(COVERDIR)/bin.out
+	{ cat $(COVERDIR)/unit.out; tail -n +2 $(COVERDIR)/bin.out; } > coverage.out
+	@awk -F'[: ]' 'NR > 1 { k = $$1 ":" $$2; n[k] = $$3; if ($$4 > 0) hit[k] = 1; f[k] = $$1 } \
+		END { for (k in n) { p = f[k]; sub("/[^/]*$$", "", p); all[p] += n[k]; if (k in hit) cov[p] += n[k] } \
+		for (p in all) printf "%-56s %5.1f%% of %d statements\n", p, 100 * cov[p] / all[p], all[p] }' coverage.out | sort
+	@$(GO) tool cover -func=coverage.out | tail -n 1 | awk -v min=$(COVERMIN) \
+		'{ print "module total:", $$NF; if ($$NF + 0 < min) { print "coverage is under " min "%"; exit 1 } }'
 
 ## image: the container images sluice-rls:IMAGE_TAG and sluice-demo:IMAGE_TAG
 ## (deploy/image: FROM scratch, one static binary built here with
