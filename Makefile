@@ -8,7 +8,20 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # Go's race detector needs cgo.
 export CGO_ENABLED := 1
 
-.PHONY: all deps test test-short bench bench-http bench-smoke bench-go lint cover demo rls sluice check-config tidy
+.PHONY: all deps test test-short bench bench-http bench-smoke bench-go lint cover demo rls sluice check-config tidy image
+
+## IMAGE_ENV, IMAGE_GOFLAGS: how the binaries a container image holds are
+## built (make image): static (no cgo: no ELF interpreter or libc to find
+## in a FROM scratch image) and without symbol table or DWARF (-s, which
+## implies -w since Go 1.22). The tests of cmd/sluice, cmd/sluice-rls and
+## examples/demo build the binaries they run the same way: internal/cmdtest
+## reads these two lines, so keep each a plain list of words (no quotes).
+## Not -trimpath: it changes how every package compiles, and the tests
+## would compile the module and its dependencies once more (about two
+## CPU-minutes on a cold CI run, against one for CGO_ENABLED=0 alone); the
+## binary keeps the build directory's paths in its stack traces.
+IMAGE_ENV     := CGO_ENABLED=0
+IMAGE_GOFLAGS := -ldflags=-s
 
 all: lint test
 
@@ -167,7 +180,42 @@ lint:
 	$(GO) run $(STATICCHECK) $(PKGS)
 	cd bench && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
-## cover: tests with a coverage profile and a per-function summary.
+## cover: every test with coverage, under the race detector as make test
+## runs them, and the binaries that the tests of cmd/sluice, cmd/sluice-rls
+## and examples/demo start, built with Go's integration coverage of every
+## package of the module (SLUICE_COVERDIR: internal/cmdtest) and writing
+## their profiles to COVERDIR/bin (world-writable: TestImage runs them as
+## uid 65532 when root). Both are merged into coverage.out (the
+## same block counted once: go tool cover merges them); prints each
+## package's figure and the total, and fails under COVERMIN percent.
+## `go tool cover -html=coverage.out` shows it line by line.
+COVERMIN ?= 85
+COVERDIR ?= $(CURDIR)/.cover
 cover: deps
-	$(GO) test -race -count=1 -timeout 12m -coverprofile=coverage.out -covermode=atomic $(PKGS)
-	$(GO) tool cover -func=coverage.out | tail -n 1
+	rm -rf $(COVERDIR) && mkdir -p $(COVERDIR)/bin && chmod 1777 $(COVERDIR)/bin
+	SLUICE_COVERDIR=$(COVERDIR)/bin $(GO) test -race -count=1 -timeout 12m \
+		-covermode=atomic -coverprofile=$(COVERDIR)/unit.out $(PKGS)
+	$(GO) tool covdata textfmt -i=$(COVERDIR)/bin -o $(COVERDIR)/bin.out
+	{ cat $(COVERDIR)/unit.out; tail -n +2 $(COVERDIR)/bin.out; } > coverage.out
+	@awk -F'[: ]' 'NR > 1 { k = $$1 ":" $$2; n[k] = $$3; if ($$4 > 0) hit[k] = 1; f[k] = $$1 } \
+		END { for (k in n) { p = f[k]; sub("/[^/]*$$", "", p); all[p] += n[k]; if (k in hit) cov[p] += n[k] } \
+		for (p in all) printf "%-56s %5.1f%% of %d statements\n", p, 100 * cov[p] / all[p], all[p] }' coverage.out | sort
+	@$(GO) tool cover -func=coverage.out | tail -n 1 | awk -v min=$(COVERMIN) \
+		'{ print "module total:", $$NF; if ($$NF + 0 < min) { print "coverage is under " min "%"; exit 1 } }'
+
+## image: the container images sluice-rls:IMAGE_TAG and sluice-demo:IMAGE_TAG
+## (deploy/image: FROM scratch, one static binary built here with
+## IMAGE_ENV and IMAGE_GOFLAGS, the root CAs of this machine for rediss://,
+## uid 65532), with podman, buildah or docker, the first one installed
+## (IMAGE_TOOL=docker to choose). Debian: apt-get install buildah.
+IMAGE_TOOL ?= $(firstword $(foreach t,podman buildah docker,$(if $(shell command -v $(t) 2>/dev/null),$(t))))
+IMAGE_TAG  ?= latest
+CA_BUNDLE  ?= /etc/ssl/certs/ca-certificates.crt
+image:
+	@[ -n "$(IMAGE_TOOL)" ] || { echo "make image: needs podman, buildah or docker (Debian: apt-get install buildah)"; exit 1; }
+	@[ -r "$(CA_BUNDLE)" ] || { echo "make image: no $(CA_BUNDLE) (Debian: apt-get install ca-certificates)"; exit 1; }
+	rm -rf bin/image && mkdir -p bin/image
+	cp $(CA_BUNDLE) bin/image/ca-certificates.crt
+	env $(IMAGE_ENV) $(GO) build $(IMAGE_GOFLAGS) -o bin/image/ ./cmd/sluice-rls ./examples/demo
+	$(IMAGE_TOOL) build -f deploy/image/sluice-rls.Containerfile -t sluice-rls:$(IMAGE_TAG) bin/image
+	$(IMAGE_TOOL) build -f deploy/image/demo.Containerfile -t sluice-demo:$(IMAGE_TAG) bin/image

@@ -129,17 +129,7 @@ func TestDeployFiles(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"edge"}, cfg.Domains())
 
-	dec := yaml.NewDecoder(bytes.NewReader(read(t, "../../deploy/envoy/kubernetes.yaml")))
-	kinds := map[string]any{}
-	for {
-		var doc map[string]any
-		if err := dec.Decode(&doc); err == io.EOF {
-			break
-		} else {
-			require.NoError(t, err)
-		}
-		kinds[doc["kind"].(string)] = doc
-	}
+	kinds := kubernetes(t)
 	svc := kinds["Service"]
 	assert.Equal(t, "sluice-rls", dig(t, svc, "metadata", "name"))
 	assert.Equal(t, DefaultGRPCPort, dig(t, svc, "spec", "ports").([]any)[0].(map[string]any)["port"])
@@ -155,6 +145,23 @@ func TestDeployFiles(t *testing.T) {
 	_, err = envoyrls.ParseConfig([]byte(edge))
 	require.NoError(t, err, "the ConfigMap's configuration loads")
 	assert.True(t, strings.HasPrefix(edge, "domain: edge"))
+}
+
+// kubernetes reads deploy/envoy/kubernetes.yaml's documents by kind.
+func kubernetes(t *testing.T) map[string]any {
+	t.Helper()
+	dec := yaml.NewDecoder(bytes.NewReader(read(t, "../../deploy/envoy/kubernetes.yaml")))
+	kinds := map[string]any{}
+	for {
+		var doc map[string]any
+		if err := dec.Decode(&doc); err == io.EOF {
+			break
+		} else {
+			require.NoError(t, err)
+		}
+		kinds[doc["kind"].(string)] = doc
+	}
+	return kinds
 }
 
 func read(t *testing.T, path string) []byte {

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,15 +18,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluicehq/sluice/internal/cmdtest"
 	"github.com/sluicehq/sluice/internal/envoypeer"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
 	code := redistest.Run(m)
-	if binPath != "" {
-		_ = os.RemoveAll(filepath.Dir(binPath))
-	}
+	cmdtest.RemoveBinary()
 	os.Exit(code)
 }
 
@@ -39,28 +37,14 @@ func TestMain(m *testing.M) {
 
 const peerData = "../../adapters/envoyrls/testdata/peer/"
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-	buildOut  []byte
-)
-
-// binary builds cmd/sluice-rls once per test run.
+// binary is cmd/sluice-rls, built once per test run as its image holds
+// it (internal/cmdtest: static, as make image builds it; with coverage
+// under make cover).
 func binary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sluice-rls-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "sluice-rls")
-		cmd := exec.Command("go", "build", "-o", binPath, ".")
-		buildOut, buildErr = cmd.CombinedOutput()
-	})
-	require.NoError(t, buildErr, "go build: %s", buildOut)
-	return binPath
+	path, err := cmdtest.Binary("sluice-rls")
+	require.NoError(t, err)
+	return path
 }
 
 // peerEnvNames are envoyproxy/ratelimit's variables sluice-rls reads: the
@@ -80,7 +64,7 @@ next:
 		}
 		env = append(env, kv)
 	}
-	return append(env, extra...)
+	return append(cmdtest.Env(env), extra...)
 }
 
 // startBinary runs the binary with args and env on loopback ports and
@@ -104,46 +88,63 @@ func runBinary(t *testing.T, env []string, args ...string) *rlsProcess {
 	t.Helper()
 	cmd := exec.Command(binary(t), append([]string{"-dev", "-grpc-addr", "127.0.0.1:0", "-health-addr", "127.0.0.1:0", "-metrics-addr", "127.0.0.1:0"}, args...)...)
 	cmd.Env = childEnv(env...)
+	p := start(t, cmd)
+	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return &rlsProcess{client: rlsv3.NewRateLimitServiceClient(conn), health: p.health, metrics: p.metrics, stdout: p.stdout, stderr: p.stderr}
+}
+
+// process is a started sluice-rls.
+type process struct {
+	cmd *exec.Cmd
+	// grpc is the gRPC address, health and metrics the URLs, as printed.
+	grpc, health, metrics string
+	stdout, stderr        *syncBuffer
+	exited                chan struct{} // closed once err is set
+	err                   error         // cmd.Wait's
+}
+
+// start starts cmd (the binary with its flags and environment), waits for
+// it to print its addresses, and stops it (SIGTERM, then killed) when the
+// test ends.
+func start(t *testing.T, cmd *exec.Cmd) *process {
+	t.Helper()
 	out, err := cmd.StdoutPipe()
 	require.NoError(t, err)
-	p := &rlsProcess{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	p := &process{cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	addrs := make(chan []string, 1)
+	up := make(chan []string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
 			_, _ = p.stdout.Write([]byte(sc.Text() + "\n"))
-			// grpc: ADDR  health: URL  metrics: URL
+			// grpc: ADDR  health: http://ADDR/healthcheck  metrics: http://ADDR/metrics
 			if f := strings.Fields(sc.Text()); len(f) >= 6 && f[0] == "grpc:" {
-				addrs <- f
+				up <- f
 			}
 		}
-		done <- cmd.Wait()
+		p.err = cmd.Wait()
+		close(p.exited)
 	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-done:
+		case <-p.exited:
 		case <-time.After(15 * time.Second):
 			_ = cmd.Process.Kill()
-			<-done
+			<-p.exited
 		}
 	})
-	var f []string
 	select {
-	case f = <-addrs:
-	case err := <-done:
-		t.Fatalf("sluice-rls exited (%v): %s", err, p.stderr.String())
+	case f := <-up:
+		p.grpc, p.health, p.metrics = f[1], f[3], f[5]
+	case <-p.exited:
+		t.Fatalf("sluice-rls exited (%v): %s", p.err, p.stderr.String())
 	case <-time.After(30 * time.Second):
 		t.Fatalf("sluice-rls did not start: %s", p.stderr.String())
 	}
-	p.health, p.metrics = f[3], f[5]
-	conn, err := grpc.NewClient(f[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = conn.Close() })
-	p.client = rlsv3.NewRateLimitServiceClient(conn)
 	return p
 }
 

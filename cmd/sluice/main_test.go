@@ -10,34 +10,29 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/cmdtest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // bin is the sluice binary the tests run, built once by TestMain as a
-// user would build it.
+// release is built (internal/cmdtest: static, as make image builds its
+// binaries; with coverage under make cover).
 var bin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "sluice-cli-")
-	if err != nil {
+	var err error
+	if bin, err = cmdtest.Binary("sluice"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	bin = filepath.Join(dir, "sluice")
-	// The go command on PATH, as a user would build it.
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.Exit(1)
-	}
 	code := redistest.Run(m)
-	_ = os.RemoveAll(dir)
+	cmdtest.RemoveBinary()
 	os.Exit(code)
 }
 
@@ -52,7 +47,7 @@ type result struct {
 func sluice(t *testing.T, env map[string]string, stdin string, args ...string) result {
 	t.Helper()
 	cmd := exec.CommandContext(t.Context(), bin, args...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+	cmd.Env = cmdtest.Env([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()})
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

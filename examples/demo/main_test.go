@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,15 +16,29 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice/internal/cmdtest"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
-func TestMain(m *testing.M) { redistest.MainLeakFree(m) }
+func TestMain(m *testing.M) {
+	redistest.MainLeakFree(m, goleak.Cleanup(func(int) { cmdtest.RemoveBinary() }))
+}
+
+// binary is the demo, built once per test run as its image holds it
+// (internal/cmdtest: static, as make image builds it; with coverage under
+// make cover).
+func binary(t *testing.T) string {
+	t.Helper()
+	path, err := cmdtest.Binary("demo")
+	require.NoError(t, err)
+	return path
+}
 
 // demoProcess is the demo built and started as a process on free ports.
 type demoProcess struct {
@@ -33,34 +46,39 @@ type demoProcess struct {
 	banner   string
 	httpBase string
 	grpcAddr string
-	done     chan error
+	exited   chan struct{} // closed once err is set
+	err      error         // cmd.Wait's
 	stdout   *bytes.Buffer
 	stderr   *syncBuffer
 }
 
-// startDemo builds the demo, starts it with args and env (over an
-// environment without RATE_LIMIT_HMAC_SECRET and REDIS_URL), and waits
-// for it to print its addresses.
+// startDemo starts the demo with args and env (over an environment
+// without RATE_LIMIT_HMAC_SECRET and REDIS_URL) on free loopback ports,
+// and waits for it to print its addresses.
 func startDemo(t *testing.T, env []string, args ...string) *demoProcess {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "demo")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, "go build: %s", out)
-
-	cmd := exec.Command(bin, append([]string{"-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0"}, args...)...)
+	cmd := exec.Command(binary(t), append([]string{"-http-addr", "127.0.0.1:0", "-grpc-addr", "127.0.0.1:0"}, args...)...)
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "RATE_LIMIT_HMAC_SECRET=") && !strings.HasPrefix(kv, "REDIS_URL=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, env...)
+	cmd.Env = append(cmdtest.Env(cmd.Env), env...)
+	return start(t, cmd)
+}
+
+// start starts cmd (the demo with its flags and environment) and waits
+// for it to print its addresses. A demo the test did not stop is
+// interrupted when the test ends (so that it exits as it would, and
+// writes its coverage under make cover), then killed.
+func start(t *testing.T, cmd *exec.Cmd) *demoProcess {
+	t.Helper()
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	pipe, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	p := &demoProcess{cmd: cmd, done: make(chan error, 1), stdout: &bytes.Buffer{}, stderr: stderr}
+	p := &demoProcess{cmd: cmd, exited: make(chan struct{}), stdout: &bytes.Buffer{}, stderr: stderr}
 	lines := make(chan string)
 	go func() {
 		sc := bufio.NewScanner(pipe)
@@ -69,10 +87,22 @@ func startDemo(t *testing.T, env []string, args ...string) *demoProcess {
 		}
 		close(lines)
 	}()
+	started := false
 	t.Cleanup(func() {
-		if p.cmd.ProcessState == nil {
+		if !started {
+			return // killed and waited for below
+		}
+		select {
+		case <-p.exited:
+			return
+		default:
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGINT)
+		select {
+		case <-p.exited:
+		case <-time.After(15 * time.Second):
 			_ = p.cmd.Process.Kill()
-			<-p.done
+			<-p.exited
 		}
 	})
 	timeout := time.After(60 * time.Second)
@@ -90,6 +120,8 @@ func startDemo(t *testing.T, env []string, args ...string) *demoProcess {
 				p.grpcAddr = v
 			}
 		case <-timeout:
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
 			t.Fatalf("demo did not print its addresses within 60 s:\n%s%s", p.banner, stderr.String())
 		}
 	}
@@ -97,8 +129,10 @@ func startDemo(t *testing.T, env []string, args ...string) *demoProcess {
 		for line := range lines {
 			p.stdout.WriteString(line + "\n")
 		}
-		p.done <- cmd.Wait()
+		p.err = cmd.Wait()
+		close(p.exited)
 	}()
+	started = true
 	return p
 }
 
@@ -127,8 +161,8 @@ func (p *demoProcess) stop(t *testing.T) {
 	t.Helper()
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
 	select {
-	case err := <-p.done:
-		require.NoError(t, err, "the demo exits 0 on SIGINT")
+	case <-p.exited:
+		require.NoError(t, p.err, "the demo exits 0 on SIGINT")
 	case <-time.After(30 * time.Second):
 		t.Fatal("the demo did not stop within 30 s of SIGINT")
 	}
