@@ -46,7 +46,7 @@ func (r *instantsTap) RecordDecision(ctx context.Context, rec ports.DecisionReco
 func (r *instantsTap) RecordTransition(context.Context, domain.StateChange, time.Time) error {
 	return nil
 }
-func (r *instantsTap) RecordStoreCall(context.Context, ports.StoreCall)      {}
+func (r *instantsTap) RecordStoreCall(context.Context, ports.StoreCall)     {}
 func (r *instantsTap) RecordReset(context.Context, ports.ResetRecord) error { return nil }
 
 // fleetWindows are the drill's windows on one tenant: a sliding log and a
