@@ -2,6 +2,7 @@ package drills
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -208,4 +209,63 @@ func gcraConforms(xs []time.Time, limit int64, period time.Duration) (time.Time,
 		}
 	}
 	return time.Time{}, true
+}
+
+// TestResetReachesTheFleetsAllotments: two instances on one Redis each
+// hold an allotment of one tenant's key set; a Reset through one drops
+// both, the other's through the store's reset notice (ports.ResetNotifier:
+// Redis pub/sub), and each instance's next decision is the store's,
+// counted from zero. The figure is how long the notice took to reach the
+// other instance.
+func TestResetReachesTheFleetsAllotments(t *testing.T) {
+	addr := redistest.Standalone(t)
+	cfg := app.Config{
+		HMACSecret: drillSecret,
+		Profiles: []app.ProfileConfig{{Name: "fleet", Family: domain.FamilyRead, Routes: []string{routeRead},
+			Windows: app.WindowsConfig{Tenant: []app.WindowConfig{{Name: "sustained", Limit: 50000, Period: time.Minute}}}}},
+	}
+	lims := make([]*app.Limiter, 2)
+	taps := make([]*instantsTap, 2)
+	for i := range lims {
+		store, err := redis.New(redis.Config{URL: "redis://" + addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = store.Close() })
+		taps[i] = &instantsTap{sources: map[domain.Source]int{}}
+		lims[i] = newLimiterDeps(t, cfg, app.Deps{Store: store, Fallback: newFallback(t), Recorder: taps[i]})
+	}
+	tenant := "reset-" + time.Now().Format("150405.000000")
+	req := app.Request{Route: routeRead, ClientIP: loopbackAddr, Tenant: tenant}
+	// Each instance decides until it spends from an allotment.
+	for i, l := range lims {
+		waitFor(t, settle, fmt.Sprintf("instance %d spending from an allotment", i), func() bool {
+			d, err := l.Evaluate(context.Background(), req)
+			return err == nil && d.Source == domain.SourceAllotment
+		})
+	}
+	before := lims[1].Allotments()
+	if before.Held != 1 {
+		t.Fatalf("the other instance holds %d allotments, want 1", before.Held)
+	}
+	reset := time.Now()
+	if _, err := lims[0].Reset(context.Background(), app.ResetRequest{Dimension: domain.DimensionTenant, Tenant: tenant, Actor: "drill"}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := lims[0].Evaluate(context.Background(), req)
+	if err != nil || d.Source != domain.SourcePrimary || d.Remaining != 50000-1 {
+		t.Errorf("the resetting instance after the reset: %v, source %s, remaining %d; want the store's, counted from zero", err, d.Source, d.Remaining)
+	}
+	var reached time.Duration
+	waitFor(t, settle, "the other instance's allotment dropped by the notice", func() bool {
+		if lims[1].Allotments().Dropped > before.Dropped {
+			reached = time.Since(reset)
+			return true
+		}
+		return false
+	})
+	if d, err := lims[1].Evaluate(context.Background(), req); err != nil || d.Source != domain.SourcePrimary {
+		t.Errorf("the other instance after the notice: %v, source %s; want the store's", err, d.Source)
+	}
+	figure(t, "allotments.reset", "a Reset through one instance reached the other's allotment in %s (Redis pub/sub; without the notice, its hold of %s)", ms(reached), app.DefaultAllotmentHold)
 }
