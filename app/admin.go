@@ -184,9 +184,9 @@ func (l *Limiter) resetAll(ctx context.Context, keys []string) (int, error) {
 		return 0, errBreakerOpen
 	}
 	if l.allots != nil {
-		// The allotments on those keys are forgotten with their counts
-		// (docs/adr/019, "A reset").
-		l.allots.drop(keys)
+		// The allotments on those keys are forgotten with their counts,
+		// here and across the fleet (docs/adr/019, "A reset").
+		defer l.allots.reset(ctx, keys)
 	}
 	forgetter, counts := l.store.(ports.Forgetter)
 	deleted := 0

@@ -64,6 +64,10 @@ type allotter struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	closed atomic.Bool
+	// notifier tells the fleet of a reset and this instance of the
+	// fleet's (nil when the store cannot); unlisten ends the listening.
+	notifier ports.ResetNotifier
+	unlisten func()
 	// gone counts the allotments given back, spent out or dropped; taken
 	// those taken (Limiter.Allotments).
 	taken, spentOut, returned, dropped atomic.Uint64
@@ -127,9 +131,29 @@ func newAllotter(l *Limiter, store ports.Store) *allotter {
 	for i := range a.shards {
 		a.shards[i].keys = map[uint64]*allotKey{}
 	}
+	if n, ok := store.(ports.ResetNotifier); ok {
+		a.notifier = n
+		a.unlisten = n.OnReset(a.drop)
+	}
 	a.wg.Add(1)
 	go a.sweep()
 	return a
+}
+
+// reset drops this instance's allotments on keys and tells the fleet,
+// whose instances drop theirs as the notice reaches them (best effort:
+// an instance that misses it stops when its allotment's hold ends). The
+// notice is recorded as a reset call of the store.
+func (a *allotter) reset(ctx context.Context, keys []string) {
+	a.drop(keys)
+	if a.notifier == nil {
+		return
+	}
+	start := a.l.clock.Now()
+	sctx, cancel := context.WithTimeout(ctx, a.l.cfg.StoreTimeout)
+	err := classify(a.notifier.NotifyReset(sctx, keys))
+	cancel()
+	a.l.rec.RecordStoreCall(ctx, ports.StoreCall{Op: ports.OpReset, Start: start, Latency: a.l.clock.Now().Sub(start), Keys: len(keys), Err: err})
 }
 
 // key returns ev's key set state and its shard, or nil when the key set
@@ -472,6 +496,40 @@ func (a *allotter) drop(keys []string) {
 func (a *allotter) close() {
 	if a.closed.CompareAndSwap(false, true) {
 		close(a.stop)
+		if a.unlisten != nil {
+			a.unlisten()
+		}
 	}
 	a.wg.Wait()
+}
+
+// AllotmentStats is what Limiter.Allotments reports.
+type AllotmentStats struct {
+	// Held is the allotments held now.
+	Held int
+	// Taken, SpentOut, Returned and Dropped count since New the
+	// allotments taken, spent to their last request, given back with
+	// requests unspent, and dropped unspent by a reset.
+	Taken, SpentOut, Returned, Dropped uint64
+}
+
+// Allotments reports this instance's allotments (docs/adr/019): zero
+// when it takes none.
+func (l *Limiter) Allotments() AllotmentStats {
+	a := l.allots
+	if a == nil {
+		return AllotmentStats{}
+	}
+	st := AllotmentStats{Taken: a.taken.Load(), SpentOut: a.spentOut.Load(), Returned: a.returned.Load(), Dropped: a.dropped.Load()}
+	for i := range a.shards {
+		sh := &a.shards[i]
+		sh.mu.Lock()
+		for _, k := range sh.keys {
+			if k.held.Load() != nil {
+				st.Held++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return st
 }

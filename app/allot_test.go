@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/adapters/local"
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/conformance"
 	"github.com/sluicehq/sluice/domain"
@@ -349,4 +350,41 @@ func TestAllotmentsTurnedOff(t *testing.T) {
 	_, err := app.ParseConfig([]byte("hmac_secret: "+testSecret+"\nallotments: sometimes\nprofiles: [{name: p, family: read, routes: [\"/x\"], windows: {ip: [{name: b, limit: 1, period: 1s}]}}]\n"), nil)
 	var ce *domain.ConfigError
 	assert.True(t, errors.As(err, &ce), "an unknown value is a configuration error: %v", err)
+}
+
+// TestResetReachesTheOtherInstances: two instances on one in-process
+// store (which tells its instances of a reset, ports.ResetNotifier) each
+// hold an allotment of one tenant's key set; a Reset through one drops
+// the other's too, at once.
+func TestResetReachesTheOtherInstances(t *testing.T) {
+	clock := fakeclock.New(t0)
+	store := newSharedLocal(t)
+	cfg := hotConfig(app.WindowsConfig{Tenant: []app.WindowConfig{{Name: "sustained", Limit: 100000, Period: time.Minute}}})
+	a, b := newHotRig(t, cfg, store, clock, nil), newHotRig(t, cfg, store, clock, nil)
+	for range 100 {
+		for _, r := range []*hotRig{a, b} {
+			_, err := r.l.Evaluate(t.Context(), tenantReq("fleet"))
+			require.NoError(t, err)
+		}
+		clock.Advance(time.Millisecond)
+	}
+	require.Equal(t, 1, b.l.Allotments().Held)
+	_, err := a.l.Reset(t.Context(), app.ResetRequest{Dimension: domain.DimensionTenant, Tenant: "fleet", Actor: "test"})
+	require.NoError(t, err)
+	assert.Zero(t, a.l.Allotments().Held)
+	assert.Zero(t, b.l.Allotments().Held, "the notice reached the other instance")
+	assert.Equal(t, uint64(1), b.l.Allotments().Dropped)
+	d, err := b.l.Evaluate(t.Context(), tenantReq("fleet"))
+	require.NoError(t, err)
+	assert.Equal(t, domain.SourcePrimary, d.Source)
+	assert.Equal(t, int64(100000-1), d.Remaining, "counted from zero")
+}
+
+// newSharedLocal is an in-process store the instances of a test share.
+func newSharedLocal(t *testing.T) *local.Store {
+	t.Helper()
+	s, err := local.New(local.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }

@@ -469,6 +469,7 @@ func (l *Limiter) record(ctx context.Context, ev *evaluation, req *Request) erro
 		Method:       req.Method,
 		Path:         req.Path,
 		StoreLatency: ev.latency,
+		At:           ev.now,
 		Err:          ev.err,
 	})
 	if ev.transErr != nil {

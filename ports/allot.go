@@ -24,3 +24,19 @@ type Allotter interface {
 	// that the caller lags (rule S5 of docs/adr/009).
 	ReserveAhead(ctx context.Context, now time.Time, ahead time.Duration, limits []domain.Limit, ttl time.Duration) (domain.Result, domain.Lease, error)
 }
+
+// ResetNotifier is an optional capability of a Store, found by type
+// assertion: it tells every instance on the store which keys a reset
+// forgot, so that each drops its allotments on them at once
+// (docs/adr/019-allotments.md, "A reset"). Notices are best effort: an
+// instance that misses one stops admitting from an allotment taken before
+// the reset when its hold ends.
+type ResetNotifier interface {
+	// NotifyReset tells every instance subscribed on the store that keys
+	// were reset.
+	NotifyReset(ctx context.Context, keys []string) error
+	// OnReset calls fn with the keys of every notice, this instance's own
+	// included, from a goroutine of the store's, until stop is called or
+	// the store is closed. fn must not block.
+	OnReset(fn func(keys []string)) (stop func())
+}

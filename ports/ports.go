@@ -244,6 +244,10 @@ type DecisionRecord struct {
 	// StoreLatency is the time spent in the store; zero when the store was
 	// not called.
 	StoreLatency time.Duration
+	// At is the decision's instant on the Limiter's clock: the instant its
+	// windows were counted at, and an admitted request's (an admission
+	// from an allotment is at its own instant, docs/adr/019).
+	At time.Time
 	// Err is the error that shaped the decision (invalid context, store
 	// failure), nil otherwise.
 	Err error

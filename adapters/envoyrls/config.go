@@ -184,6 +184,11 @@ type RateLimitConfig struct {
 	Unlimited bool `yaml:"unlimited"`
 	// Algorithm (sluice) is "sliding_log" (the default: exact) or "gcra".
 	Algorithm string `yaml:"algorithm"`
+	// Allotments (sluice), "off", decides every request that counts this
+	// limit at the store, never from an allotment (docs/adr/019); "" or
+	// "on" (the default) lets allotments start on a descriptor hot on an
+	// instance and far from its limit.
+	Allotments string `yaml:"allotments"`
 }
 
 // Config is the loaded, validated configuration: every domain's rules.
@@ -269,6 +274,8 @@ type rule struct {
 	block bool
 	// path is the descriptor's composite key, for Lookup.
 	path string
+	// noAllot: allotments off for the limit (RateLimitConfig.Allotments).
+	noAllot bool
 }
 
 // units are the periods of Envoy's RateLimitUnit. A month counts 30 days
@@ -604,6 +611,13 @@ func (l level) compileRule(dc *DescriptorConfig, at string) (*rule, error) {
 	r, err := compileRate(&rc, rat)
 	if err != nil {
 		return nil, err
+	}
+	switch rl.Allotments {
+	case "", "on":
+	case "off":
+		ru.noAllot = true
+	default:
+		return nil, &domain.ConfigError{Field: rat + ".allotments", Reason: fmt.Sprintf("%q is not on or off", rl.Allotments)}
 	}
 	alg := domain.SlidingLog
 	if rl.Algorithm != "" {

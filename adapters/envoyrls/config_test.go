@@ -50,6 +50,7 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown-field.yaml", "request_per_unit", envoyrls.ErrUnknownField},
 		{"bad-unit.yaml", "bad_unit.descriptors[0].rate_limit.unit", nil},
 		{"bad-algorithm.yaml", "bad_algorithm.descriptors[0].rate_limit.algorithm", nil},
+		{"bad-allotments.yaml", "bad_allotments.descriptors[0].rate_limit.allotments", nil},
 		{"bad-degraded.yaml", "bad_degraded.degraded", nil},
 		{"sliding-log-too-large.yaml", "huge.descriptors[0].rate_limit.requests_per_unit", nil},
 		{"missing-key.yaml", "no_key.descriptors[0].key", nil},

@@ -338,12 +338,16 @@ func addWindow(wr *app.WindowsRequest, p *planned) int {
 				wr.Windows[i].Cost += p.cost
 			}
 			wr.Windows[i].Window = minWindow(w.Window, p.window)
+			wr.Windows[i].NoAllotments = w.NoAllotments || p.noAllot()
 			return i
 		}
 	}
-	wr.Windows = append(wr.Windows, app.CountedWindow{Subject: p.subject, Scope: p.scope, Window: p.window, Cost: p.cost})
+	wr.Windows = append(wr.Windows, app.CountedWindow{Subject: p.subject, Scope: p.scope, Window: p.window, Cost: p.cost, NoAllotments: p.noAllot()})
 	return len(wr.Windows) - 1
 }
+
+// noAllot reports whether p's limit turns allotments off.
+func (p *planned) noAllot() bool { return p.rule != nil && p.rule.noAllot }
 
 func minWindow(a, b domain.Window) domain.Window {
 	if b.Limit < a.Limit {

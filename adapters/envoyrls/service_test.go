@@ -338,3 +338,30 @@ func TestRepeatedAndManyDescriptors(t *testing.T) {
 	resp = r.call(t, "shared", 0, desc("user", "u0"))
 	assert.Equal(t, uint32(19), resp.Statuses[0].LimitRemaining, "nothing consumed by the refused request")
 }
+
+// TestAllotmentsPerDescriptor: a descriptor hot on the instance and far
+// from its limit is decided in process from an allotment
+// (docs/adr/019); one whose limit says `allotments: off` always at the
+// store. Every request passes either way.
+func TestAllotmentsPerDescriptor(t *testing.T) {
+	for _, b := range backends() {
+		t.Run(b.name, func(t *testing.T) {
+			r := newRig(t, b.primary(t), "allotments.yaml")
+			for range 300 {
+				for _, key := range []string{"on", "off"} {
+					resp := r.call(t, "allot", 1, desc(key, "hot"))
+					require.Equal(t, rlsv3.RateLimitResponse_OK, resp.OverallCode)
+				}
+				r.clock.Advance(time.Millisecond)
+			}
+			from := map[string]int{}
+			for _, d := range r.rec.Decisions() {
+				if d.Decision.Source == domain.SourceAllotment {
+					from[d.Decision.LimitingWindow]++
+				}
+			}
+			assert.Positive(t, from["on"], "the hot descriptor spent allotments")
+			assert.Zero(t, from["off"], "allotments: off")
+		})
+	}
+}

@@ -77,6 +77,8 @@ type Store struct {
 	_         [64]byte     // keep the words decisions read off the ones the slow path writes
 
 	nextID atomic.Uint64
+	// resets are the listeners of reset notices (resets.go).
+	resets resetListeners
 	// The shares of MaxMemory (see plan.shares) and what counts against
 	// them: every entry outside ristretto (outBytes), those on their way to
 	// it (inflightBytes, inflight) and the keys its maps hold (slots).

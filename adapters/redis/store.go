@@ -119,6 +119,7 @@ type Store struct {
 	maxBatch int
 	batchers []batcher // one (standalone) or one per slot (cluster)
 	records  nodeRecords
+	resets   resetSubs
 
 	batchCalls, batchRequests atomic.Uint64 // Batched
 	timeout                   time.Duration
@@ -672,6 +673,7 @@ func (s *Store) Close() error {
 		return nil
 	}
 	if s.redial == nil {
+		s.stopResets()
 		return nil // WithClient: the client stays the caller's
 	}
 	r := s.redial
@@ -685,7 +687,20 @@ func (s *Store) Close() error {
 	if live {
 		s.client.Close()
 	}
+	s.stopResets()
 	return nil
+}
+
+// stopResets ends the subscription to reset notices, if any.
+func (s *Store) stopResets() {
+	s.resets.mu.Lock()
+	cancel, done := s.resets.cancel, s.resets.done
+	s.resets.cancel, s.resets.done = nil, nil
+	s.resets.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
 }
 
 // deadline returns the context a call runs under and whose deadline it

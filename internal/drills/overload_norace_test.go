@@ -105,7 +105,7 @@ func (o *overloadTally) RecordDecision(_ context.Context, rec ports.DecisionReco
 	defer o.mu.Unlock()
 	o.decisions++
 	switch {
-	case d.Degraded || d.Source != domain.SourcePrimary && d.Source != domain.SourceRefusalCache:
+	case d.Degraded || d.Source != domain.SourcePrimary && d.Source != domain.SourceRefusalCache && d.Source != domain.SourceAllotment:
 		o.notStore[fmt.Sprintf("%s/%s", d.State, d.Cause)]++
 	case d.State == domain.Allowed:
 		o.admitted[rec.TenantID]++
