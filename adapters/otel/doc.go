@@ -24,7 +24,7 @@
 //	sluice_system_state_changes_total{from,to}
 //	sluice_system_state{instance_id,state}             1 for the current health state
 //	sluice_breaker_open{instance_id}                   1 while store calls are skipped
-//	sluice_store_latency_seconds{instance_id,op,outcome}  histogram, 100 µs to 50 ms and above
+//	sluice_store_latency_seconds{instance_id,op,outcome}  histogram, 100 µs to 50 ms and above (op: evaluate, peek, reset, reserve, settle, renew, allot)
 //	sluice_store_deadline_seconds{instance_id}         the configured store deadline
 //	sluice_node_state{instance_id,node,state}          1 for each store node's health state (Redis Cluster masters)
 //

@@ -55,7 +55,7 @@ const (
 	familyOther    = nFamilies - 1
 	nStates        = int(domain.RejectedInvalidContext) + 1 // (other), ALLOWED … REJECTED_INVALID_CONTEXT
 	nSystemStates  = int(domain.Recovering) + 1
-	nOps           = int(ports.OpRenew) + 1 // (other), evaluate, peek, reset, reserve, settle, renew
+	nOps           = int(ports.OpAllot) + 1 // (other), evaluate, peek, reset, reserve, settle, renew, allot
 	outcomeOK      = 0
 	outcomeUnknown = len(outcomes) - 1
 )
