@@ -42,12 +42,27 @@
 // bypassing under its cap, or local enforcement), but its counts are this
 // instance's alone (Source). Config.StoreTimeout is the one store deadline,
 // and it counts the store's time: time the service itself could not run,
-// or spent queued behind a coalesced call, is not Redis' (docs/adr/008).
+// or spent queued behind a coalesced call or in the store's own queue
+// before the call was sent, is not Redis', nor is a node's time spent on
+// the calls ahead of it (docs/adr/008, "Every call, under its own
+// deadline").
 // A decision that waited for the store past Config.ShedAfter, or whose
 // caller gave up, is refused (DeniedDegraded, cause overloaded or
 // caller_gone), never bypassed. A store's own capabilities (the Redis
 // store's per-node prober and memory check: ports.HealthProber,
 // ports.MemoryChecker) come without naming them in Deps.
+//
+// # Allotments
+//
+// A key set this instance decides often, far from its limits, is decided
+// in process from an allotment: a block of requests reserved at the store
+// in one call, ahead of the instant (ports.Allotter), spent over a hold
+// (Config.AllotmentHold), the rest given back; near a limit the store
+// decides one request at a time. Such decisions say Source allotment;
+// they never admit past a window, across instances (docs/adr/019).
+// Config.Allotments, a profile's or a window's "off", and
+// CountedWindow.NoAllotments turn them off; Limiter.Allotments reports
+// them.
 //
 // # Rules kept
 //

@@ -370,7 +370,7 @@ func newStoreTime(parent context.Context, lag *lagMeter, start time.Time, budget
 	}
 	first := time.Until(shedAt)
 	if !dispatch {
-		first = min(first, start.Add(budget).Sub(time.Now()))
+		first = min(first, time.Until(start.Add(budget)))
 	}
 	if first <= 0 {
 		// Born past its budget or its bound (as context.WithDeadline is

@@ -31,7 +31,12 @@
 // never below zero, charges past the limit, idempotence, expiry, Renew,
 // all or nothing across rate and concurrency windows, exact under 200
 // goroutines, crashed holders); one that does not is reported in the test
-// log. A store that implements ports.Batcher must decide a batch, in
+// log. A store that implements ports.Allotter must let allotments
+// (docs/adr/019: a reservation made ahead of the instant, spent in
+// process at any instant of its hold) never admit past a window, at the
+// instants the requests were admitted, across instances, crashes and a
+// lowered limit, and count units reserved ahead for every caller. A store
+// that implements ports.Batcher must decide a batch, in
 // order, exactly as the same requests sent one by one, each request's
 // fault its own (docs/adr/018). A store that implements ports.Forgetter
 // must say whether a key held state (a counted key, not one never
