@@ -48,11 +48,16 @@ FIRSTPKGS ?= $(if $(filter ./...,$(PKGS)),$(shell grep -rlE '^func (Benchmark|Te
 ## A first pass, built without the race detector (which allocates on its
 ## own and makes sync.Pool drop objects at random), runs the allocation
 ## tests, the tests that need a race-free build (named ...NoRace) and every
-## benchmark once, so that none rots; then everything runs under the race
-## detector; then every fuzz target for a few seconds (fuzz-smoke); then
-## the bench module's smoke test (bench-smoke).
+## benchmark once, so that none rots (the drills', internal/drills, alone
+## after the others: their overload drills load the CPU themselves, with a
+## hog they start and stop, and hold the service to 0 decisions not the
+## store's; another package's tests beside them would be a second hog,
+## docs/adr/008); then everything runs under the race detector; then every
+## fuzz target for a few seconds (fuzz-smoke); then the bench module's
+## smoke test (bench-smoke).
 test: deps
-	$(GO) test -count=1 -run 'Allocs|NoRace' -bench . -benchtime 1x -timeout 5m $(FIRSTPKGS)
+	$(GO) test -count=1 -run 'Allocs|NoRace' -bench . -benchtime 1x -timeout 5m $(filter-out ./internal/drills,$(FIRSTPKGS))
+	$(if $(filter ./internal/drills,$(FIRSTPKGS)),$(GO) test -count=1 -run 'Allocs|NoRace' -bench . -benchtime 1x -timeout 5m ./internal/drills)
 	$(GO) test -race -shuffle=on -count=1 -timeout 12m $(PKGS)
 	$(MAKE) --no-print-directory fuzz-smoke
 	$(MAKE) --no-print-directory bench-smoke

@@ -93,6 +93,10 @@ type allotKey struct {
 	room      int64
 	taking    bool
 	lastSeen  int64
+	// calm is when a take may be tried again after the store refused
+	// one (ns): a GCRA window allots less than it has left (the hold's
+	// share of its burst), which the room does not show.
+	calm int64
 
 	held atomic.Pointer[allotment]
 }
@@ -304,7 +308,7 @@ func (a *allotter) take(ctx context.Context, ev *evaluation, node string) bool {
 	now := ev.now.UnixNano()
 	sh.mu.Lock()
 	m := min(k.demand(now, hold)*5/4, k.room/allotShare, allotMaxRequests)
-	if k.taking || k.room < 0 || m < allotMinRequests || k.held.Load() != nil {
+	if k.taking || k.room < 0 || m < allotMinRequests || k.held.Load() != nil || now < k.calm {
 		sh.mu.Unlock()
 		return false
 	}
@@ -349,10 +353,10 @@ func (a *allotter) take(ctx context.Context, ev *evaluation, node string) bool {
 		return true
 	}
 	if !res.Allowed {
-		// Too large for what is left: decided on its own, and the next
-		// allotment sized from that answer.
+		// Too large for what is left: decided on its own, and no take
+		// tried for a hold.
 		sh.mu.Lock()
-		k.room = 0
+		k.room, k.calm = 0, now+int64(hold)
 		sh.mu.Unlock()
 		return false
 	}

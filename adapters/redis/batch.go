@@ -116,15 +116,21 @@ func (s *Store) send(ctx context.Context, keys, args []string) rueidis.RedisResu
 	select {
 	case <-w.done:
 	case <-ctx.Done():
-		// Gone before its answer. The waiter stays with its batch (which
-		// may still hold it) and is never reused.
-		if w.state.CompareAndSwap(waitQueued, waitLeft) || w.state.Load() == waitLeft {
-			return rueidis.NewErrorResult(notSent(ctx))
+		select {
+		case <-w.done:
+			// Its answer and its end were both there when it ran (a
+			// select picks either): the answer came first.
+		default:
+			// Gone before its answer. The waiter stays with its batch
+			// (which may still hold it) and is never reused.
+			if w.state.CompareAndSwap(waitQueued, waitLeft) || w.state.Load() == waitLeft {
+				return rueidis.NewErrorResult(notSent(ctx))
+			}
+			if w.flight != nil {
+				w.flight.leave()
+			}
+			return rueidis.NewErrorResult(fmt.Errorf("%w: %w", ports.ErrInFlight, ctx.Err()))
 		}
-		if w.flight != nil {
-			w.flight.leave()
-		}
-		return rueidis.NewErrorResult(fmt.Errorf("%w: %w", ports.ErrInFlight, ctx.Err()))
 	}
 	resp := s.classify(ctx, w.keys, w.resp)
 	w.reset()
