@@ -337,6 +337,10 @@ func (p *Prober) ProbeNodes(ctx context.Context) ([]ports.NodeProbe, error) {
 		return nil, fmt.Errorf("%w: no Redis node known", domain.ErrStoreUnavailable)
 	}
 	if s.client.Mode() != rueidis.ClientModeCluster {
+		// The probe waits behind the decisions sent before it on the
+		// node's connection: its store time counts from the node's latest
+		// answer, as theirs does (progress.go).
+		ports.Dispatched(cctx, s.answersOf(""))
 		var out []ports.NodeProbe
 		for addr, c := range nodes {
 			_, err := probeNode(cctx, addr, c)
@@ -355,6 +359,14 @@ func (p *Prober) ProbeNodes(ctx context.Context) ([]ports.NodeProbe, error) {
 	p.topo.Store(t)
 	s.learnSlots(t)
 	out := make([]ports.NodeProbe, 0, len(t.probeKeys))
+	// The probes wait behind the decisions sent before them on each
+	// master's connection: the round's store time counts from the time
+	// every master had answered (progress.go).
+	waited := make(allAnswers, 0, len(t.probeKeys))
+	for addr := range t.probeKeys {
+		waited = append(waited, s.answersOf(addr))
+	}
+	ports.Dispatched(cctx, waited)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for addr, key := range t.probeKeys {

@@ -136,3 +136,39 @@ func sameRanges(a, b []slotOwner) bool {
 	}
 	return true
 }
+
+// answersOf returns the answers' record of the node at addr: the one
+// record of a standalone server, a master's once a slot map named it;
+// nil for a node no slot map named yet.
+func (s *Store) answersOf(addr string) *nodeAnswers {
+	if !s.cluster {
+		return s.batchers[0].node.Load()
+	}
+	s.records.mu.Lock()
+	defer s.records.mu.Unlock()
+	return s.records.nodes[addr]
+}
+
+// allAnswers is the answers of several nodes a probe round waits on
+// together: the latest instant by which every one of them had answered,
+// and the worst of their latency floors (-1 when one has none).
+type allAnswers []*nodeAnswers
+
+func (a allAnswers) Answered() (int64, time.Duration) {
+	var at int64
+	var floor time.Duration
+	for i, n := range a {
+		if n == nil {
+			return 0, -1
+		}
+		t, f := n.Answered()
+		if i == 0 || t < at {
+			at = t
+		}
+		if f < 0 {
+			return at, -1
+		}
+		floor = max(floor, f)
+	}
+	return at, floor
+}

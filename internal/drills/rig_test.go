@@ -68,9 +68,15 @@ const (
 	ledgerLimit = 50000
 )
 
-// drillConfig is a service with one profile per route family.
+// drillConfig is a service with one profile per route family. Its
+// decisions all go to the store: these drills count, per decision, the
+// units Redis holds and what the degraded matrix decides during a fault,
+// which allotments change by design (they hold units ahead, and spend
+// them through an outage); allotments have drills of their own
+// (allot_test.go).
 func drillConfig() app.Config {
 	return app.Config{
+		Allotments:      app.AllotmentsOff,
 		HMACSecret:      drillSecret,
 		InstanceID:      "drill-1",
 		StoreTimeout:    storeTimeout,
