@@ -22,7 +22,10 @@ import (
 // instance does. The next requests of the key set are then admitted in
 // process, from the allotment, with no store call (Source
 // SourceAllotment), until it is spent or its hold ends; what it did not
-// spend goes back to the store (Settle on its sliding logs). A window
+// spend goes back to the store (Settle on its sliding logs). When three
+// quarters of an allotment are spent, or of its hold gone, the next one
+// is taken ahead, off the decisions' path, and follows it: a hot key set
+// holds at most two at once, and its decisions wait on no take. A window
 // near its limit gets a small allotment, then none: an allotment takes at
 // most a quarter of what the store said was left, and under
 // allotMinRequests requests the key set is decided at the store one
@@ -73,8 +76,11 @@ type allotter struct {
 	taken, spentOut, returned, dropped atomic.Uint64
 }
 
+// allotShard is a lock over a share of the key sets: a decision looks
+// its key set up under the read lock; what a key set holds changes under
+// the write lock (the held and next allotments are read without it).
 type allotShard struct {
-	mu   sync.Mutex
+	mu   sync.RWMutex
 	keys map[uint64]*allotKey
 }
 
@@ -84,21 +90,26 @@ type allotKey struct {
 	n     int
 	keys  []string // every key of the set (a Reset of one drops the allotment)
 
-	// Under the shard's lock: the decisions on the key set in the span
-	// that began at spanStart (on the Limiter's clock, ns) and in the one
-	// before, the least requests every window had left at the last store
-	// answer (-1: unknown), and whether a take is in flight.
-	spanStart int64
-	cur, prev int64
-	room      int64
-	taking    bool
-	lastSeen  int64
+	// The decisions on the key set in the span that began at spanStart
+	// (on the Limiter's clock, ns) and in the one before, and the last
+	// one's instant: counted without a lock, as decisions are admitted.
+	spanStart, cur, prev, lastSeen atomic.Int64
+
+	// Under the shard's lock: the least requests every window had left
+	// at the last store answer (-1: unknown), whether a take is in
+	// flight, and whether a reset dropped the key set (a take in flight
+	// then gives back nothing and holds nothing).
+	room   int64
+	taking bool
+	gone   bool
 	// calm is when a take may be tried again after the store refused
 	// one (ns): a GCRA window allots less than it has left (the hold's
 	// share of its burst), which the room does not show.
 	calm int64
 
-	held atomic.Pointer[allotment]
+	// held is the allotment decisions spend from; next the one taken
+	// ahead, which follows it. Both change under the shard's lock.
+	held, next atomic.Pointer[allotment]
 }
 
 // allotment is one allotment held.
@@ -122,6 +133,8 @@ type allotment struct {
 	n    int
 	node string
 	done atomic.Bool
+	// ahead is set by the decision that asked for the next allotment.
+	ahead atomic.Bool
 }
 
 // newAllotter returns the Limiter's allotter, or nil when the primary
@@ -165,12 +178,21 @@ func (a *allotter) reset(ctx context.Context, keys []string) {
 func (a *allotter) key(ev *evaluation, create bool) (*allotShard, *allotKey) {
 	fp := fingerprint(a.seed, ev)
 	sh := &a.shards[fp%allotShards]
+	if !create {
+		sh.mu.RLock()
+		k := sh.keys[fp]
+		sh.mu.RUnlock()
+		if k != nil && (k.first != ev.limits[0].Key || k.n != ev.n) {
+			k = nil
+		}
+		return sh, k
+	}
 	sh.mu.Lock()
 	k := sh.keys[fp]
 	switch {
 	case k != nil && (k.first != ev.limits[0].Key || k.n != ev.n):
 		k = nil
-	case k == nil && create:
+	case k == nil:
 		if len(sh.keys) >= allotMaxKeys && !sh.evictOne() {
 			break
 		}
@@ -188,7 +210,7 @@ func (a *allotter) key(ev *evaluation, create bool) (*allotShard, *allotKey) {
 // in flight; false when every one does. Called under the shard's lock.
 func (sh *allotShard) evictOne() bool {
 	for fp, k := range sh.keys {
-		if k.held.Load() == nil && !k.taking {
+		if k.held.Load() == nil && k.next.Load() == nil && !k.taking {
 			delete(sh.keys, fp)
 			return true
 		}
@@ -196,59 +218,256 @@ func (sh *allotShard) evictOne() bool {
 	return false
 }
 
-// seen counts a decision on k at now (ns), under the shard's lock, in
-// spans of hold.
+// seen counts a decision on k at now (ns), in spans of hold, without a
+// lock: the decision that rolls a span over starts the next (a decision
+// counted in the instant between lands in either span; demand is an
+// estimate).
 func (k *allotKey) seen(now int64, hold time.Duration) {
-	switch d := now - k.spanStart; {
-	case d >= 2*int64(hold):
-		k.prev, k.cur, k.spanStart = 0, 0, now
-	case d >= int64(hold):
-		k.prev, k.cur, k.spanStart = k.cur, 0, now
+	k.lastSeen.Store(now)
+	for {
+		s := k.spanStart.Load()
+		d := now - s
+		if d < int64(hold) {
+			k.cur.Add(1)
+			return
+		}
+		if k.spanStart.CompareAndSwap(s, now) {
+			if d >= 2*int64(hold) {
+				k.prev.Store(0)
+			} else {
+				k.prev.Store(k.cur.Load())
+			}
+			k.cur.Store(1)
+			return
+		}
 	}
-	k.cur++
-	k.lastSeen = now
 }
 
 // demand is the requests the key set is expected to bring over the next
 // hold: the larger of the last whole span's and the current one's pace.
 func (k *allotKey) demand(now int64, hold time.Duration) int64 {
-	d := k.prev
-	if el := now - k.spanStart; el > 0 {
-		d = max(d, k.cur*int64(hold)/el)
+	d := k.prev.Load()
+	if el := now - k.spanStart.Load(); el > 0 {
+		d = max(d, k.cur.Load()*int64(hold)/el)
 	}
 	return d
 }
 
+// size is the requests of the key set's next allotment at now, under the
+// shard's lock: 1.25 × the expected demand over the hold, at most a
+// quarter of the room; 0 when no allotment may be taken now.
+func (a *allotter) size(k *allotKey, now int64, hold time.Duration) int64 {
+	m := min(k.demand(now, hold)*5/4, k.room/allotShare, allotMaxRequests)
+	if k.taking || k.gone || k.room < 0 || m < allotMinRequests || now < k.calm || a.closed.Load() {
+		return 0
+	}
+	return m
+}
+
 // spend admits ev from its key set's allotment, if one is held and
-// covers ev's instant, and reports whether it did.
+// covers ev's instant, and reports whether it did. An allotment spent or
+// past its hold makes way for the next, taken ahead; the decision that
+// spends the first of its last quarter (of its requests or of its hold)
+// asks for that next one.
 func (a *allotter) spend(ev *evaluation) bool {
 	sh, k := a.key(ev, false)
 	if k == nil {
 		return false
 	}
-	al := k.held.Load()
-	switch {
-	case al == nil || ev.now.Before(al.start):
-		return false
-	case ev.now.After(al.end):
-		// Its hold ended: what is left goes back now, and the decision
-		// may take the next one.
-		if k.held.CompareAndSwap(al, nil) {
-			go a.giveBack(context.WithoutCancel(context.Background()), al, ev.now)
+	// Three turns: the held allotment, the next one, and a next one
+	// another decision made held in between.
+	for range 3 {
+		al := k.held.Load()
+		switch {
+		case al == nil:
+			return false
+		case ev.now.Before(al.start):
+			// Taken after this decision's instant: not its to spend.
+			return false
+		case ev.now.After(al.end):
+			a.advance(sh, k, al, ev.now)
+			continue
 		}
-		return false
-	}
-	if al.left.Add(-1) < 0 {
-		if k.held.CompareAndSwap(al, nil) && al.done.CompareAndSwap(false, true) {
-			a.spentOut.Add(1)
+		left := al.left.Add(-1)
+		if left < 0 {
+			a.advance(sh, k, al, ev.now)
+			continue
 		}
-		return false
+		k.seen(ev.now.UnixNano(), al.hold)
+		if (left < al.m/4 || ev.now.Sub(al.start) >= al.hold*3/4) && al.ahead.CompareAndSwap(false, true) {
+			a.takeAhead(sh, k, ev)
+		}
+		a.l.fromAllotment(ev, al)
+		return true
 	}
+	return false
+}
+
+// advance ends k's held allotment al, spent or past its hold at now, and
+// makes the next one held, if al is still held: what al did not spend
+// goes back to the store, in a call of its own.
+func (a *allotter) advance(sh *allotShard, k *allotKey, al *allotment, now time.Time) {
 	sh.mu.Lock()
-	k.seen(ev.now.UnixNano(), al.hold)
+	ended := k.held.Load() == al
+	if ended {
+		k.held.Store(k.next.Swap(nil))
+	}
 	sh.mu.Unlock()
-	a.l.fromAllotment(ev, al)
-	return true
+	if !ended {
+		return
+	}
+	if al.left.Load() > 0 {
+		go a.giveBack(context.WithoutCancel(context.Background()), al, now)
+	} else {
+		a.giveBack(context.Background(), al, now) // spent: no store call
+	}
+}
+
+// takeAhead takes, off the decisions' path, the allotment that follows
+// k's held one, sized and taken as take sizes and takes one (ev's key set,
+// at the decision's instant), when none is held next or in flight, the
+// store took none too large lately, and ev's node's breaker lets calls
+// through.
+func (a *allotter) takeAhead(sh *allotShard, k *allotKey, ev *evaluation) {
+	hold := a.holdFor(ev)
+	if hold <= 0 {
+		return
+	}
+	now := ev.now.UnixNano()
+	sh.mu.Lock()
+	m := a.size(k, now, hold)
+	if m == 0 || k.next.Load() != nil {
+		sh.mu.Unlock()
+		return
+	}
+	k.taking = true
+	sh.mu.Unlock()
+	node := a.l.nodeOf(ev)
+	if !a.l.allowed(node) {
+		a.untake(sh, k)
+		return
+	}
+	var lim [domain.MaxLimits]domain.Limit
+	copy(lim[:], ev.limits[:ev.n])
+	n, t0 := ev.n, ev.now
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		defer a.untake(sh, k)
+		var res domain.Result
+		var al *allotment
+		_, _ = a.l.timedCall(context.Background(), ports.OpAllot, node, n, func(ctx context.Context) (err error) {
+			al, res, err = a.reserve(ctx, lim[:n], t0, hold, m, node)
+			return err
+		})
+		a.install(sh, k, al, &res, lim[:n], true)
+	}()
+}
+
+// untake ends k's take in flight.
+func (a *allotter) untake(sh *allotShard, k *allotKey) {
+	sh.mu.Lock()
+	k.taking = false
+	sh.mu.Unlock()
+}
+
+// reserve takes an allotment of m requests of the key set lim at t0 for
+// hold: nil when the store failed (err) or refused one that large (res).
+func (a *allotter) reserve(ctx context.Context, lim []domain.Limit, t0 time.Time, hold time.Duration, m int64, node string) (*allotment, domain.Result, error) {
+	// The allotment's windows, sliding logs first: Settle gives back on
+	// them alone, and a lease record lives beside the first key.
+	var limits [domain.MaxLimits]domain.Limit
+	var order [domain.MaxLimits]int
+	j := 0
+	for _, logs := range []bool{true, false} {
+		for i, l := range lim {
+			if (l.Window.Algorithm == domain.SlidingLog) != logs {
+				continue
+			}
+			w, ok := domain.AllotWindow(l.Window, hold)
+			if !ok || l.Cost*m > w.Limit {
+				return nil, domain.Result{}, nil
+			}
+			l.Window, l.Cost = w, l.Cost*m
+			limits[j], order[j] = l, i
+			j++
+		}
+	}
+	res, lease, err := a.store.ReserveAhead(ctx, t0, hold, limits[:len(lim)], allotLeaseTTL(hold))
+	if err != nil || !res.Allowed {
+		return nil, res, err
+	}
+	al := &allotment{m: m, start: t0, end: t0.Add(hold), hold: hold, lease: lease, n: len(lim), node: node}
+	al.left.Store(m)
+	for x := range lim {
+		al.st[order[x]] = res.Status(x)
+		if limits[x].Window.Algorithm == domain.SlidingLog {
+			al.logs = append(al.logs, limits[x])
+		}
+	}
+	if len(al.logs) > 0 {
+		al.cost = al.logs[0].Cost / m
+	}
+	// What the store has left after it, in requests: the next
+	// allotment takes at most a quarter of that.
+	res = domain.NewResult(al.st[:al.n])
+	return al, res, nil
+}
+
+// install makes al, just taken for the key set lim, k's held allotment
+// (next: its next one) and learns the room its answer res shows; a nil al
+// the store refused leaves k no take for a hold. An allotment k can no
+// longer hold (a reset dropped the key set, the Limiter closed, another
+// took its place) goes back at once.
+func (a *allotter) install(sh *allotShard, k *allotKey, al *allotment, res *domain.Result, lim []domain.Limit, next bool) {
+	sh.mu.Lock()
+	if al == nil {
+		if len(res.Statuses()) > 0 && !res.Allowed {
+			// Too large for what is left: no take tried for a hold.
+			k.room, k.calm = 0, a.l.clock.Now().UnixNano()+int64(a.hold)
+		}
+		sh.mu.Unlock()
+		return
+	}
+	k.room = roomOf(lim, res)
+	slot := &k.held
+	if next && k.held.Load() != nil {
+		// Taken ahead, and the held one is still spending.
+		slot = &k.next
+	}
+	gone := k.gone
+	ok := !gone && !a.closed.Load() && slot.CompareAndSwap(nil, al)
+	sh.mu.Unlock()
+	a.taken.Add(1)
+	switch {
+	case ok:
+	case gone:
+		// A reset forgot its keys while it was taken: dropped, as the
+		// ones held then were.
+		if al.done.CompareAndSwap(false, true) {
+			a.dropped.Add(1)
+		}
+	case next:
+		// Off the decisions' path already (and awaited by close).
+		a.giveBack(context.Background(), al, a.l.clock.Now())
+	default:
+		go a.giveBack(context.WithoutCancel(context.Background()), al, a.l.clock.Now())
+	}
+}
+
+// roomOf is the least requests of lim's costs every window of res has
+// left; 0 for a refusal.
+func roomOf(lim []domain.Limit, res *domain.Result) int64 {
+	if !res.Allowed {
+		return 0
+	}
+	room := int64(-1)
+	for i, st := range res.Statuses() {
+		if r := st.Remaining / lim[i].Cost; room < 0 || r < room {
+			room = r
+		}
+	}
+	return room
 }
 
 // holdFor is the hold of ev's allotments: Config.AllotmentHold, no
@@ -273,20 +492,9 @@ func (a *allotter) observe(ev *evaluation, res *domain.Result) {
 	if k == nil {
 		return
 	}
-	room := int64(-1)
-	if res.Allowed {
-		for i, st := range res.Statuses() {
-			r := st.Remaining / ev.limits[i].Cost
-			if room < 0 || r < room {
-				room = r
-			}
-		}
-	} else {
-		room = 0
-	}
-	sh.mu.Lock()
 	k.seen(ev.now.UnixNano(), a.holdFor(ev))
-	k.room = room
+	sh.mu.Lock()
+	k.room = roomOf(ev.limits[:ev.n], res)
 	sh.mu.Unlock()
 }
 
@@ -298,7 +506,7 @@ func (a *allotter) observe(ev *evaluation, res *domain.Result) {
 // one that large).
 func (a *allotter) take(ctx context.Context, ev *evaluation, node string) bool {
 	hold := a.holdFor(ev)
-	if hold <= 0 || a.closed.Load() {
+	if hold <= 0 {
 		return false
 	}
 	sh, k := a.key(ev, false)
@@ -307,42 +515,18 @@ func (a *allotter) take(ctx context.Context, ev *evaluation, node string) bool {
 	}
 	now := ev.now.UnixNano()
 	sh.mu.Lock()
-	m := min(k.demand(now, hold)*5/4, k.room/allotShare, allotMaxRequests)
-	if k.taking || k.room < 0 || m < allotMinRequests || k.held.Load() != nil || now < k.calm {
+	m := a.size(k, now, hold)
+	if m == 0 || k.held.Load() != nil || k.next.Load() != nil {
 		sh.mu.Unlock()
 		return false
 	}
 	k.taking = true
 	sh.mu.Unlock()
-	defer func() {
-		sh.mu.Lock()
-		k.taking = false
-		sh.mu.Unlock()
-	}()
-	// The allotment's windows, sliding logs first: Settle gives back on
-	// them alone, and a lease record lives beside the first key.
-	var limits [domain.MaxLimits]domain.Limit
-	var order [domain.MaxLimits]int
-	j := 0
-	for _, logs := range []bool{true, false} {
-		for i := range ev.n {
-			l := ev.limits[i]
-			if (l.Window.Algorithm == domain.SlidingLog) != logs {
-				continue
-			}
-			w, ok := domain.AllotWindow(l.Window, hold)
-			if !ok || l.Cost*m > w.Limit {
-				return false
-			}
-			l.Window, l.Cost = w, l.Cost*m
-			limits[j], order[j] = l, i
-			j++
-		}
-	}
+	defer a.untake(sh, k)
 	var res domain.Result
-	var lease domain.Lease
+	var al *allotment
 	start, took, err := a.l.timed(ctx, ports.OpAllot, ev.n, func(ctx context.Context) (err error) {
-		res, lease, err = a.store.ReserveAhead(ctx, ev.now, hold, limits[:ev.n], allotLeaseTTL(hold))
+		al, res, err = a.reserve(ctx, ev.limits[:ev.n], ev.now, hold, m, node)
 		return err
 	})
 	ev.latency += took
@@ -352,30 +536,16 @@ func (a *allotter) take(ctx context.Context, ev *evaluation, node string) bool {
 		a.l.failed(ctx, ev, err)
 		return true
 	}
-	if !res.Allowed {
-		// Too large for what is left: decided on its own, and no take
-		// tried for a hold.
-		sh.mu.Lock()
-		k.room, k.calm = 0, now+int64(hold)
-		sh.mu.Unlock()
+	if al == nil {
+		// Refused (decided on its own), or none to take.
+		a.install(sh, k, nil, &res, ev.limits[:ev.n], false)
 		return false
 	}
-	al := &allotment{m: m, start: ev.now, end: ev.now.Add(hold), hold: hold, lease: lease, n: ev.n, node: node}
-	al.left.Store(m - 1)
-	for x := range ev.n {
-		al.st[order[x]] = res.Status(x)
-		if limits[x].Window.Algorithm == domain.SlidingLog {
-			al.logs = append(al.logs, limits[x])
-		}
-	}
-	if len(al.logs) > 0 {
-		al.cost = al.logs[0].Cost / m
-	}
-	k.held.Store(al)
-	a.taken.Add(1)
-	sh.mu.Lock()
+	// ev is the allotment's first request, whether k keeps it or gives
+	// back the rest at once.
+	al.left.Add(-1)
+	a.install(sh, k, al, &res, ev.limits[:ev.n], false)
 	k.seen(now, hold)
-	sh.mu.Unlock()
 	a.l.fromAllotment(ev, al)
 	ev.d.Source = domain.SourcePrimary
 	return true
@@ -445,7 +615,7 @@ func (a *allotter) sweep() {
 		}
 		now := a.l.clock.Now()
 		a.each(func(k *allotKey, al *allotment) bool {
-			return now.After(al.end) || now.UnixNano()-k.lastSeen > int64(al.hold/2)
+			return now.After(al.end) || now.UnixNano()-k.lastSeen.Load() > int64(al.hold/2)
 		})
 	}
 }
@@ -459,15 +629,17 @@ func (a *allotter) each(end func(k *allotKey, al *allotment) bool) {
 		sh := &a.shards[i]
 		sh.mu.Lock()
 		for fp, k := range sh.keys {
-			al := k.held.Load()
-			if al == nil {
-				if !k.taking && now.UnixNano()-k.lastSeen > 2*int64(a.hold) {
-					delete(sh.keys, fp)
-				}
-				continue
+			// The next one first: a held one that ends makes it held.
+			if nx := k.next.Load(); nx != nil && end(k, nx) {
+				k.next.Store(nil)
+				ending = append(ending, nx)
 			}
-			if end(k, al) && k.held.CompareAndSwap(al, nil) {
+			if al := k.held.Load(); al != nil && end(k, al) {
+				k.held.Store(k.next.Swap(nil))
 				ending = append(ending, al)
+			}
+			if k.held.Load() == nil && k.next.Load() == nil && !k.taking && now.UnixNano()-k.lastSeen.Load() > 2*int64(a.hold) {
+				delete(sh.keys, fp)
 			}
 		}
 		sh.mu.Unlock()
@@ -487,9 +659,12 @@ func (a *allotter) drop(keys []string) {
 			if !slices.ContainsFunc(k.keys, func(key string) bool { return slices.Contains(keys, key) }) {
 				continue
 			}
-			if al := k.held.Swap(nil); al != nil && al.done.CompareAndSwap(false, true) {
-				a.dropped.Add(1)
+			for _, slot := range []*atomic.Pointer[allotment]{&k.held, &k.next} {
+				if al := slot.Swap(nil); al != nil && al.done.CompareAndSwap(false, true) {
+					a.dropped.Add(1)
+				}
 			}
+			k.gone = true
 			delete(sh.keys, fp)
 		}
 		sh.mu.Unlock()
@@ -509,8 +684,9 @@ func (a *allotter) close() {
 
 // AllotmentStats is what Limiter.Allotments reports.
 type AllotmentStats struct {
-	// Held is the allotments held now.
-	Held int
+	// Held is the allotments held now (a key set holds two when the
+	// next one was taken ahead); Taking the takes in flight.
+	Held, Taking int
 	// Taken, SpentOut, Returned and Dropped count since New the
 	// allotments taken, spent to their last request, given back with
 	// requests unspent, and dropped unspent by a reset.
@@ -527,13 +703,19 @@ func (l *Limiter) Allotments() AllotmentStats {
 	st := AllotmentStats{Taken: a.taken.Load(), SpentOut: a.spentOut.Load(), Returned: a.returned.Load(), Dropped: a.dropped.Load()}
 	for i := range a.shards {
 		sh := &a.shards[i]
-		sh.mu.Lock()
+		sh.mu.RLock()
 		for _, k := range sh.keys {
 			if k.held.Load() != nil {
 				st.Held++
 			}
+			if k.next.Load() != nil {
+				st.Held++
+			}
+			if k.taking {
+				st.Taking++
+			}
 		}
-		sh.mu.Unlock()
+		sh.mu.RUnlock()
 	}
 	return st
 }

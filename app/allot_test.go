@@ -153,6 +153,45 @@ func TestAllotmentsDecideAHotKeyInProcess(t *testing.T) {
 	}
 }
 
+// TestAllotmentsTakeTheNextAhead: once a hot key set's pace is known,
+// the allotment that follows the one spending is taken ahead, off the
+// decisions' path: no decision waits on the store for it, and none goes
+// to the store while the next allotment is being taken.
+func TestAllotmentsTakeTheNextAhead(t *testing.T) {
+	for _, algo := range []domain.Algorithm{domain.SlidingLog, domain.GCRA} {
+		t.Run(algo.String(), func(t *testing.T) {
+			clock := fakeclock.New(t0)
+			r := newHotRig(t, hotConfig(app.WindowsConfig{
+				TenantGlobal: []app.WindowConfig{{Name: "sustained", Limit: 100000, Period: time.Minute, Algorithm: algo}},
+			}), conformance.NewReferenceStore(), clock, nil)
+			const warm, n = 1000, 4000
+			notInProcess, most := 0, 0
+			for i := range n {
+				d, err := r.l.Evaluate(t.Context(), tenantReq("hot"))
+				require.NoError(t, err)
+				require.Equal(t, domain.Allowed, d.State)
+				if i >= warm && d.Source != domain.SourceAllotment {
+					notInProcess++
+				}
+				// A take ahead is the store's call, not this loop's: let
+				// it end before the clock moves on.
+				deadline := time.Now().Add(10 * time.Second)
+				for r.l.Allotments().Taking > 0 && time.Now().Before(deadline) {
+					time.Sleep(50 * time.Microsecond)
+				}
+				most = max(most, r.l.Allotments().Held)
+				clock.Advance(time.Millisecond)
+			}
+			st := r.l.Allotments()
+			_, ops := r.sources()
+			t.Logf("%d decisions after %d: %d not in process; allotments %+v, at most %d held at once; store calls %v", n-warm, warm, notInProcess, st, most, ops)
+			assert.Zero(t, notInProcess, "decisions that went to the store once the pace was known")
+			assert.Equal(t, 2, most, "the held allotment and the next")
+			assert.GreaterOrEqual(t, st.Taken, uint64(3), "allotments taken one after another")
+		})
+	}
+}
+
 // admittedWithin checks that the instants (offsets) admitted never
 // exceed limit in any span of period.
 func admittedWithin(t *testing.T, admitted []time.Duration, limit int64, period time.Duration) (worst int64) {
