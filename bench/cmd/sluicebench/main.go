@@ -70,6 +70,7 @@ type options struct {
 	redisAddr   string
 	goRedisPool int
 	maxBatch    int
+	twins       bool
 	inProcess   bool
 	benchtime   string
 	rounds      int
@@ -96,6 +97,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.demoPop, "demo-population", suite.DemoPopulation, "clients the demo shape cycles through (its limits are a service's: fewer clients reach them)")
 	fs.StringVar(&o.redisAddr, "redis", "", "host:port of a Redis to use instead of starting one (it is flushed!)")
 	fs.IntVar(&o.maxBatch, "max-batch", 0, "sluice's redis.Config.MaxBatch: the most requests one script call decides; 0: the store's default, 1: every request alone")
+	fs.BoolVar(&o.twins, "allotment-twins", false, "add to every shape the twin of each sluice Limiter contender with allotments off (docs/adr/019), named \"…"+suite.NoAllotmentsSuffix+"\" (the envoy and hot-admit shapes always measure theirs)")
 	fs.IntVar(&o.goRedisPool, "goredis-pool", 0, "go-redis pool size for redis_rate; 0: go-redis' default, 10 per CPU")
 	fs.BoolVar(&o.redisShapes, "redis-shapes", true, "run the Redis shapes")
 	fs.BoolVar(&o.inProcess, "inproc", true, "run the in-process Go benchmarks")
@@ -324,7 +326,11 @@ func measureRedis(ctx context.Context, o *options, r *report.Run, log io.Writer)
 		return err
 	}
 	pops := map[int]*suite.Population{o.population: pop}
-	for _, shape := range suite.Shapes() {
+	shapes := suite.Shapes()
+	if o.twins {
+		shapes = suite.WithTwins(shapes)
+	}
+	for _, shape := range shapes {
 		if !o.redisShapes || len(o.shapes) > 0 && !contains(o.shapes, shape.Name) {
 			continue
 		}
@@ -434,6 +440,7 @@ func measureOne(ctx context.Context, srv *server.Server, env *suite.Env, o *opti
 	if err != nil {
 		return nil, err
 	}
+	env.StoreCalls = &suite.StoreCalls{}
 	worker, closeClient, err := ct.Open(ctx, env, c)
 	if err != nil {
 		return nil, err
@@ -441,18 +448,24 @@ func measureOne(ctx context.Context, srv *server.Server, env *suite.Env, o *opti
 	// Processor time of this process (the clients) and of Redis over the
 	// measured period: on a machine they share, what one decision costs
 	// each side.
+	// The Limiter's store calls likewise (allotments taken and given
+	// back, decisions at the store), as its Recorder counts them.
 	var selfStart, selfEnd, redisStart, redisEnd time.Duration
+	var storeCalls map[string]int64
+	var storeMicros map[string]float64
 	res, err := load.Run(ctx, load.Config{
 		Concurrency: c, Warmup: o.warmup, Duration: o.duration, Ops: o.ops,
 		BetweenPhases: func(ctx context.Context) (err error) {
 			if err = srv.ResetStats(ctx); err == nil {
 				redisStart, err = srv.CPU(ctx)
 			}
+			env.StoreCalls.Reset()
 			selfStart = cputime.Self()
 			return err
 		},
 		AtEnd: func(ctx context.Context) (err error) {
 			selfEnd = cputime.Self()
+			storeCalls, storeMicros = env.StoreCalls.Counts()
 			redisEnd, err = srv.CPU(ctx)
 			return err
 		},
@@ -480,7 +493,7 @@ func measureOne(ctx context.Context, srv *server.Server, env *suite.Env, o *opti
 		P999: us(res.Latency.Quantile(0.999)), Max: us(res.Latency.Max()),
 		ScriptCalls: st.ScriptCalls, ScriptMicros: st.ScriptMicros, OtherCalls: st.Calls, OtherMicros: st.Micros,
 		DBKeys: st.Keys, UsedMemory: max(st.UsedMemory-empty.UsedMemory, 0), KeyBytes: keyBytes,
-		ClientCPU: us(selfEnd - selfStart), RedisCPU: us(redisEnd - redisStart),
+		ClientCPU: us(selfEnd - selfStart), RedisCPU: us(redisEnd - redisStart), StoreCalls: storeCalls, StoreMicros: storeMicros,
 	}, nil
 }
 
