@@ -28,7 +28,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,6 +57,7 @@ func main() {
 // options are the command's flags.
 type options struct {
 	shapes      []string
+	contenders  *regexp.Regexp
 	concurrency []int
 	warmup      time.Duration
 	duration    time.Duration
@@ -82,6 +86,8 @@ type options struct {
 	docPath     string
 	from        string
 	command     string
+	cpuProfile  string
+	tracePath   string
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
@@ -89,6 +95,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("sluicebench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	shapes := fs.String("shapes", "", "comma-separated shapes to run (default all: "+strings.Join(shapeNames(), ",")+")")
+	contenders := fs.String("contenders", "", "a regular expression: run only the contenders whose name it matches (default all; e.g. '^sluice RLS$' to profile one)")
 	conc := fs.String("c", "1,16,64,256", "comma-separated concurrencies (closed-loop workers)")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "warm-up before each measurement")
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "length of each measurement")
@@ -116,6 +123,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.mdPath, "md", "", "write the markdown report to this file")
 	fs.StringVar(&o.docPath, "doc", "", "splice the markdown report into this document, between its sluicebench markers")
 	fs.StringVar(&o.from, "from", "", "re-render the report of this saved JSON run instead of measuring")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measurements (this process: the clients, sluice included) to this file, for go tool pprof")
+	fs.StringVar(&o.tracePath, "trace", "", "write an execution trace of the measurements to this file, for go tool trace (scheduler latency, blocking)")
 	fs.StringVar(&o.command, "command", "", "the command line to print in the report (default: this one)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -145,6 +154,11 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 			}
 		}
 	}
+	if *contenders != "" {
+		if o.contenders, err = regexp.Compile(*contenders); err != nil {
+			return nil, fmt.Errorf("-contenders: %w", err)
+		}
+	}
 	if o.command == "" {
 		o.command = "sluicebench " + strings.Join(args, " ")
 	}
@@ -163,7 +177,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.from != "" {
 		r, err = report.Load(o.from)
 	} else {
-		r, err = measure(ctx, o, stderr)
+		r, err = profiled(o, func() (*report.Run, error) { return measure(ctx, o, stderr) })
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "sluicebench:", err)
@@ -184,6 +198,40 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// profiled runs f under the CPU profile and the execution trace asked
+// for.
+func profiled(o *options, f func() (*report.Run, error)) (r *report.Run, err error) {
+	if o.cpuProfile != "" {
+		file, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(file); err != nil {
+			file.Close()
+			return nil, err
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			err = errors.Join(err, file.Close())
+		}()
+	}
+	if o.tracePath != "" {
+		file, err := os.Create(o.tracePath)
+		if err != nil {
+			return nil, err
+		}
+		if err := trace.Start(file); err != nil {
+			file.Close()
+			return nil, err
+		}
+		defer func() {
+			trace.Stop()
+			err = errors.Join(err, file.Close())
+		}()
+	}
+	return f()
 }
 
 // write renders the run: JSON, chart, markdown to stdout and to the files
@@ -329,6 +377,11 @@ func measureRedis(ctx context.Context, o *options, r *report.Run, log io.Writer)
 	shapes := suite.Shapes()
 	if o.twins {
 		shapes = suite.WithTwins(shapes)
+	}
+	if o.contenders != nil {
+		for i := range shapes {
+			shapes[i].Contenders = slices.DeleteFunc(slices.Clone(shapes[i].Contenders), func(ct suite.Contender) bool { return !o.contenders.MatchString(ct.Name) })
+		}
 	}
 	for _, shape := range shapes {
 		if !o.redisShapes || len(o.shapes) > 0 && !contains(o.shapes, shape.Name) {

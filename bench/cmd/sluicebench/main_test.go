@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -294,9 +295,42 @@ func TestFlagsRefuseBadInput(t *testing.T) {
 		{"-http-rates", "0"},
 		{"-http-rates", "1.5"},
 		{"-http-duration", "0s"},
+		{"-contenders", "("},
 	} {
 		if code := run(context.Background(), args, io.Discard, io.Discard); code != 2 {
 			t.Errorf("run(%q) = %d, want 2 (usage)", args, code)
+		}
+	}
+}
+
+// TestContendersAndProfiles: -contenders keeps the contenders it matches
+// (in the hot-admit shape, the Limiter's twin and redis_rate), and
+// -cpuprofile and -trace write their files.
+func TestContendersAndProfiles(t *testing.T) {
+	dir := t.TempDir()
+	prof, tr, js := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "trace.out"), filepath.Join(dir, "run.json")
+	var stderr bytes.Buffer
+	code := run(context.Background(), []string{
+		"-shapes", "hot-admit", "-contenders", "no allotments|^redis_rate$", "-ops", "50", "-warmup", "10ms", "-c", "2",
+		"-redis-rounds", "1", "-inproc=false", "-http=false", "-cpuprofile", prof, "-trace", tr, "-json", js,
+	}, io.Discard, &stderr)
+	if code != 0 {
+		t.Fatalf("run = %d; stderr:\n%s", code, stderr.String())
+	}
+	r, err := report.Load(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range r.Redis {
+		got = append(got, m.Contender)
+	}
+	if want := []string{suite.LimiterName + suite.NoAllotmentsSuffix, "redis_rate"}; !slices.Equal(got, want) {
+		t.Errorf("measured %q, want %q", got, want)
+	}
+	for _, f := range []string{prof, tr} {
+		if st, err := os.Stat(f); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v, %v; want a file written", f, st, err)
 		}
 	}
 }
