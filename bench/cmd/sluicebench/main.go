@@ -2,11 +2,14 @@
 // run on one machine, and writes the report.
 //
 // It starts a private redis-server (or uses -redis), then, for every
-// request shape (one key, ADR-002's two, nine windows, a hot refused key)
-// and every concurrency, drives each contender in a closed loop: sluice's
-// Redis store, app.Limiter end to end, go-redis/redis_rate and a plain
+// request shape (one key, ADR-002's two, nine windows, a hot refused key,
+// a hot admitted key, Envoy's API...) and every concurrency, drives each
+// contender in a closed loop: sluice's Redis store, app.Limiter end to
+// end (with allotments, and beside it the same without where the shape
+// pairs them or -allotment-twins asks), go-redis/redis_rate and a plain
 // ZSET script of the same shape. It prints decisions/s, p50/p99/p999,
-// Redis' own time per call (INFO commandstats) and memory, then runs the
+// Redis' own time per call (INFO commandstats), the Limiter's store calls
+// and memory, then runs the
 // in-process Go benchmarks (the local store beside golang.org/x/time/rate
 // and sethvargo/go-limiter), and writes a markdown report, an SVG chart
 // and the raw results as JSON. `make bench` runs it with the outputs of
