@@ -206,31 +206,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // profiled runs f under the CPU profile and the execution trace asked
 // for.
 func profiled(o *options, f func() (*report.Run, error)) (r *report.Run, err error) {
-	if o.cpuProfile != "" {
-		file, err := os.Create(o.cpuProfile)
+	for _, p := range []struct {
+		path  string
+		start func(io.Writer) error
+		stop  func()
+	}{{o.cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile}, {o.tracePath, trace.Start, trace.Stop}} {
+		if p.path == "" {
+			continue
+		}
+		file, err := os.Create(p.path)
 		if err != nil {
 			return nil, err
 		}
-		if err := pprof.StartCPUProfile(file); err != nil {
+		if err := p.start(file); err != nil {
 			file.Close()
 			return nil, err
 		}
 		defer func() {
-			pprof.StopCPUProfile()
-			err = errors.Join(err, file.Close())
-		}()
-	}
-	if o.tracePath != "" {
-		file, err := os.Create(o.tracePath)
-		if err != nil {
-			return nil, err
-		}
-		if err := trace.Start(file); err != nil {
-			file.Close()
-			return nil, err
-		}
-		defer func() {
-			trace.Stop()
+			p.stop()
 			err = errors.Join(err, file.Close())
 		}()
 	}

@@ -42,7 +42,7 @@ func TestSmoke(t *testing.T) {
 	conc := []int{1, 4}
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{
-		"-ops", "200", "-warmup", "20ms", "-c", "1,4", "-benchtime", "1x", "-rounds", "2", "-redis-rounds", "2", "-allotment-twins",
+		"-ops", "200", "-warmup", "20ms", "-c", "1,4", "-benchtime", "1x", "-rounds", "2", "-redis-rounds", "2",
 		"-http-rates", "200,400", "-http-warmup", "100ms", "-http-duration", "500ms", "-demo-population", "1000",
 		"-json", paths["json"], "-chart", paths["svg"], "-http-chart", paths["http"], "-md", paths["md"], "-doc", doc,
 	}, &stdout, &stderr)
@@ -106,7 +106,7 @@ func TestSmoke(t *testing.T) {
 func checkRedis(t *testing.T, r *report.Run, conc []int) {
 	t.Helper()
 	want := 0
-	for _, s := range suite.WithTwins(suite.Shapes()) {
+	for _, s := range suite.Shapes() {
 		for _, ct := range s.Contenders {
 			// A Limiter (every contender built on one has a twin or is
 			// one) counts its store calls, and may make fewer than its
@@ -242,7 +242,7 @@ func checkSVG(t *testing.T, svg []byte, shapes int) {
 		t.Errorf("%d rects, want a background and %d panels", rects, 2*shapes)
 	}
 	lines := 0
-	for _, s := range suite.WithTwins(suite.Shapes()) {
+	for _, s := range suite.Shapes() {
 		lines += 2 * len(s.Contenders)
 	}
 	if paths != lines {
@@ -303,15 +303,16 @@ func TestFlagsRefuseBadInput(t *testing.T) {
 	}
 }
 
-// TestContendersAndProfiles: -contenders keeps the contenders it matches
-// (in the hot-admit shape, the Limiter's twin and redis_rate), and
+// TestContendersAndProfiles: -allotment-twins adds the Limiter's twin to
+// log-2 (hot-admit has its own), -contenders keeps the contenders it
+// matches (in both shapes, the Limiter's twin and redis_rate), and
 // -cpuprofile and -trace write their files.
 func TestContendersAndProfiles(t *testing.T) {
 	dir := t.TempDir()
 	prof, tr, js := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "trace.out"), filepath.Join(dir, "run.json")
 	var stderr bytes.Buffer
 	code := run(context.Background(), []string{
-		"-shapes", "hot-admit", "-contenders", "no allotments|^redis_rate$", "-ops", "50", "-warmup", "10ms", "-c", "2",
+		"-shapes", "hot-admit,log-2", "-allotment-twins", "-contenders", "no allotments|^redis_rate$", "-ops", "50", "-warmup", "10ms", "-c", "2",
 		"-redis-rounds", "1", "-inproc=false", "-http=false", "-cpuprofile", prof, "-trace", tr, "-json", js,
 	}, io.Discard, &stderr)
 	if code != 0 {
@@ -325,7 +326,8 @@ func TestContendersAndProfiles(t *testing.T) {
 	for _, m := range r.Redis {
 		got = append(got, m.Contender)
 	}
-	if want := []string{suite.LimiterName + suite.NoAllotmentsSuffix, "redis_rate"}; !slices.Equal(got, want) {
+	twin := suite.LimiterName + suite.NoAllotmentsSuffix
+	if want := []string{twin, "redis_rate", twin, "redis_rate"}; !slices.Equal(got, want) {
 		t.Errorf("measured %q, want %q", got, want)
 	}
 	for _, f := range []string{prof, tr} {
