@@ -2,11 +2,14 @@
 // run on one machine, and writes the report.
 //
 // It starts a private redis-server (or uses -redis), then, for every
-// request shape (one key, ADR-002's two, nine windows, a hot refused key)
-// and every concurrency, drives each contender in a closed loop: sluice's
-// Redis store, app.Limiter end to end, go-redis/redis_rate and a plain
+// request shape (one key, ADR-002's two, nine windows, a hot refused key,
+// a hot admitted key, Envoy's API...) and every concurrency, drives each
+// contender in a closed loop: sluice's Redis store, app.Limiter end to
+// end (with allotments, and beside it the same without where the shape
+// pairs them or -allotment-twins asks), go-redis/redis_rate and a plain
 // ZSET script of the same shape. It prints decisions/s, p50/p99/p999,
-// Redis' own time per call (INFO commandstats) and memory, then runs the
+// Redis' own time per call (INFO commandstats), the Limiter's store calls
+// and memory, then runs the
 // in-process Go benchmarks (the local store beside golang.org/x/time/rate
 // and sethvargo/go-limiter), and writes a markdown report, an SVG chart
 // and the raw results as JSON. `make bench` runs it with the outputs of
@@ -28,7 +31,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,6 +60,7 @@ func main() {
 // options are the command's flags.
 type options struct {
 	shapes      []string
+	contenders  *regexp.Regexp
 	concurrency []int
 	warmup      time.Duration
 	duration    time.Duration
@@ -70,6 +77,7 @@ type options struct {
 	redisAddr   string
 	goRedisPool int
 	maxBatch    int
+	twins       bool
 	inProcess   bool
 	benchtime   string
 	rounds      int
@@ -81,6 +89,8 @@ type options struct {
 	docPath     string
 	from        string
 	command     string
+	cpuProfile  string
+	tracePath   string
 }
 
 func parse(args []string, stderr io.Writer) (*options, error) {
@@ -88,6 +98,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("sluicebench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	shapes := fs.String("shapes", "", "comma-separated shapes to run (default all: "+strings.Join(shapeNames(), ",")+")")
+	contenders := fs.String("contenders", "", "a regular expression: run only the contenders whose name it matches (default all; e.g. '^sluice RLS$' to profile one)")
 	conc := fs.String("c", "1,16,64,256", "comma-separated concurrencies (closed-loop workers)")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "warm-up before each measurement")
 	fs.DurationVar(&o.duration, "duration", 3*time.Second, "length of each measurement")
@@ -96,6 +107,7 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.demoPop, "demo-population", suite.DemoPopulation, "clients the demo shape cycles through (its limits are a service's: fewer clients reach them)")
 	fs.StringVar(&o.redisAddr, "redis", "", "host:port of a Redis to use instead of starting one (it is flushed!)")
 	fs.IntVar(&o.maxBatch, "max-batch", 0, "sluice's redis.Config.MaxBatch: the most requests one script call decides; 0: the store's default, 1: every request alone")
+	fs.BoolVar(&o.twins, "allotment-twins", false, "add to every shape the twin of each sluice Limiter contender with allotments off (docs/adr/019), named \"…"+suite.NoAllotmentsSuffix+"\" (the envoy and hot-admit shapes always measure theirs)")
 	fs.IntVar(&o.goRedisPool, "goredis-pool", 0, "go-redis pool size for redis_rate; 0: go-redis' default, 10 per CPU")
 	fs.BoolVar(&o.redisShapes, "redis-shapes", true, "run the Redis shapes")
 	fs.BoolVar(&o.inProcess, "inproc", true, "run the in-process Go benchmarks")
@@ -114,6 +126,8 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.mdPath, "md", "", "write the markdown report to this file")
 	fs.StringVar(&o.docPath, "doc", "", "splice the markdown report into this document, between its sluicebench markers")
 	fs.StringVar(&o.from, "from", "", "re-render the report of this saved JSON run instead of measuring")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the measurements (this process: the clients, sluice included) to this file, for go tool pprof")
+	fs.StringVar(&o.tracePath, "trace", "", "write an execution trace of the measurements to this file, for go tool trace (scheduler latency, blocking)")
 	fs.StringVar(&o.command, "command", "", "the command line to print in the report (default: this one)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -143,6 +157,11 @@ func parse(args []string, stderr io.Writer) (*options, error) {
 			}
 		}
 	}
+	if *contenders != "" {
+		if o.contenders, err = regexp.Compile(*contenders); err != nil {
+			return nil, fmt.Errorf("-contenders: %w", err)
+		}
+	}
 	if o.command == "" {
 		o.command = "sluicebench " + strings.Join(args, " ")
 	}
@@ -161,7 +180,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.from != "" {
 		r, err = report.Load(o.from)
 	} else {
-		r, err = measure(ctx, o, stderr)
+		r, err = profiled(o, func() (*report.Run, error) { return measure(ctx, o, stderr) })
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "sluicebench:", err)
@@ -182,6 +201,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
+}
+
+// profiled runs f under the CPU profile and the execution trace asked
+// for.
+func profiled(o *options, f func() (*report.Run, error)) (r *report.Run, err error) {
+	for _, p := range []struct {
+		path  string
+		start func(io.Writer) error
+		stop  func()
+	}{{o.cpuProfile, pprof.StartCPUProfile, pprof.StopCPUProfile}, {o.tracePath, trace.Start, trace.Stop}} {
+		if p.path == "" {
+			continue
+		}
+		file, err := os.Create(p.path)
+		if err != nil {
+			return nil, err
+		}
+		if err := p.start(file); err != nil {
+			file.Close()
+			return nil, err
+		}
+		defer func() {
+			p.stop()
+			err = errors.Join(err, file.Close())
+		}()
+	}
+	return f()
 }
 
 // write renders the run: JSON, chart, markdown to stdout and to the files
@@ -324,7 +370,16 @@ func measureRedis(ctx context.Context, o *options, r *report.Run, log io.Writer)
 		return err
 	}
 	pops := map[int]*suite.Population{o.population: pop}
-	for _, shape := range suite.Shapes() {
+	shapes := suite.Shapes()
+	if o.twins {
+		shapes = suite.WithTwins(shapes)
+	}
+	if o.contenders != nil {
+		for i := range shapes {
+			shapes[i].Contenders = slices.DeleteFunc(slices.Clone(shapes[i].Contenders), func(ct suite.Contender) bool { return !o.contenders.MatchString(ct.Name) })
+		}
+	}
+	for _, shape := range shapes {
 		if !o.redisShapes || len(o.shapes) > 0 && !contains(o.shapes, shape.Name) {
 			continue
 		}
@@ -434,6 +489,7 @@ func measureOne(ctx context.Context, srv *server.Server, env *suite.Env, o *opti
 	if err != nil {
 		return nil, err
 	}
+	env.StoreCalls = &suite.StoreCalls{}
 	worker, closeClient, err := ct.Open(ctx, env, c)
 	if err != nil {
 		return nil, err
@@ -441,18 +497,24 @@ func measureOne(ctx context.Context, srv *server.Server, env *suite.Env, o *opti
 	// Processor time of this process (the clients) and of Redis over the
 	// measured period: on a machine they share, what one decision costs
 	// each side.
+	// The Limiter's store calls likewise (allotments taken and given
+	// back, decisions at the store), as its Recorder counts them.
 	var selfStart, selfEnd, redisStart, redisEnd time.Duration
+	var storeCalls map[string]int64
+	var storeMicros map[string]float64
 	res, err := load.Run(ctx, load.Config{
 		Concurrency: c, Warmup: o.warmup, Duration: o.duration, Ops: o.ops,
 		BetweenPhases: func(ctx context.Context) (err error) {
 			if err = srv.ResetStats(ctx); err == nil {
 				redisStart, err = srv.CPU(ctx)
 			}
+			env.StoreCalls.Reset()
 			selfStart = cputime.Self()
 			return err
 		},
 		AtEnd: func(ctx context.Context) (err error) {
 			selfEnd = cputime.Self()
+			storeCalls, storeMicros = env.StoreCalls.Counts()
 			redisEnd, err = srv.CPU(ctx)
 			return err
 		},
@@ -480,7 +542,7 @@ func measureOne(ctx context.Context, srv *server.Server, env *suite.Env, o *opti
 		P999: us(res.Latency.Quantile(0.999)), Max: us(res.Latency.Max()),
 		ScriptCalls: st.ScriptCalls, ScriptMicros: st.ScriptMicros, OtherCalls: st.Calls, OtherMicros: st.Micros,
 		DBKeys: st.Keys, UsedMemory: max(st.UsedMemory-empty.UsedMemory, 0), KeyBytes: keyBytes,
-		ClientCPU: us(selfEnd - selfStart), RedisCPU: us(redisEnd - redisStart),
+		ClientCPU: us(selfEnd - selfStart), RedisCPU: us(redisEnd - redisStart), StoreCalls: storeCalls, StoreMicros: storeMicros,
 	}, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -107,6 +108,11 @@ func checkRedis(t *testing.T, r *report.Run, conc []int) {
 	want := 0
 	for _, s := range suite.Shapes() {
 		for _, ct := range s.Contenders {
+			// A Limiter (every contender built on one has a twin or is
+			// one) counts its store calls, and may make fewer than its
+			// decisions (allotments, coalescing): Redis may even see none
+			// in a measurement of a few hundred requests.
+			limiter := ct.Twin != nil || strings.HasSuffix(ct.Name, suite.NoAllotmentsSuffix)
 			for _, c := range conc {
 				want++
 				m := find(r, s.Name, ct.Name, c)
@@ -115,6 +121,8 @@ func checkRedis(t *testing.T, r *report.Run, conc []int) {
 					continue
 				}
 				switch {
+				case limiter != (m.StoreCalls != nil):
+					t.Errorf("%s / %s at c=%d: store calls %v counted; want them counted for a Limiter only", s.Name, ct.Name, c, m.StoreCalls)
 				case m.Rounds != 2:
 					t.Errorf("%s / %s at c=%d: the median of %d rounds, want 2", s.Name, ct.Name, c, m.Rounds)
 				case m.Ops < 200 || m.Allowed+m.Refused+m.Errors != m.Ops:
@@ -129,9 +137,9 @@ func checkRedis(t *testing.T, r *report.Run, conc []int) {
 					t.Errorf("%s / %s at c=%d: latencies p50 %v, p99 %v, p999 %v, max %v out of order", s.Name, ct.Name, c, m.P50, m.P99, m.P999, m.Max)
 				case m.PerSecond <= 0 || m.Seconds <= 0:
 					t.Errorf("%s / %s at c=%d: %v/s over %vs", s.Name, ct.Name, c, m.PerSecond, m.Seconds)
-				case !s.Hot && (m.ScriptCalls+m.OtherCalls < m.Ops || m.MicrosPerCall() <= 0):
+				case !s.Hot && !limiter && (m.ScriptCalls+m.OtherCalls < m.Ops || m.MicrosPerCall() <= 0):
 					t.Errorf("%s / %s at c=%d: Redis counted %d script calls and %d others (%v µs each) for %d decisions", s.Name, ct.Name, c, m.ScriptCalls, m.OtherCalls, m.MicrosPerCall(), m.Ops)
-				case m.ClientCPU <= 0 || m.RedisCPU < 0 || (!s.Hot && m.RedisCPU == 0):
+				case m.ClientCPU <= 0 || m.RedisCPU < 0 || (!s.Hot && !limiter && m.RedisCPU == 0):
 					t.Errorf("%s / %s at c=%d: CPU client %vµs, Redis %vµs", s.Name, ct.Name, c, m.ClientCPU, m.RedisCPU)
 				case !s.Hot && (m.DBKeys == 0 || m.KeyBytes <= 0):
 					t.Errorf("%s / %s at c=%d: %d keys of %v bytes", s.Name, ct.Name, c, m.DBKeys, m.KeyBytes)
@@ -199,7 +207,8 @@ func checkInProcess(t *testing.T, r *report.Run) {
 func checkMarkdown(t *testing.T, md string, r *report.Run, conc []int) {
 	t.Helper()
 	rows := 0
-	for _, line := range strings.Split(md, "\n") {
+	_, all, _ := strings.Cut(md, "#### Every measurement")
+	for _, line := range strings.Split(all, "\n") {
 		for _, s := range suite.Shapes() {
 			if strings.HasPrefix(line, "| "+s.Name+" | ") {
 				rows++
@@ -215,7 +224,10 @@ func checkMarkdown(t *testing.T, md string, r *report.Run, conc []int) {
 			t.Errorf("target %q missing from the report", tg.Name)
 		}
 	}
-	for _, want := range []string{"#### Targets", "#### Redis time per call against the floor", "#### The client's side", "#### HTTP load test", "#### In process", "#### Redis memory", "#### Every measurement", "![decisions/s and p99"} {
+	if report.NoAllotmentsSuffix != suite.NoAllotmentsSuffix {
+		t.Errorf("the report reads twins by %q, the suite names them by %q", report.NoAllotmentsSuffix, suite.NoAllotmentsSuffix)
+	}
+	for _, want := range []string{"#### Targets", "#### Allotments: the Limiter with and without", "| hot-admit | **sluice Limiter** | 4 | ", "#### Redis time per call against the floor", "#### The client's side", "#### HTTP load test", "#### In process", "#### Redis memory", "#### Every measurement", "![decisions/s and p99"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the report lacks %q", want)
 		}
@@ -283,9 +295,44 @@ func TestFlagsRefuseBadInput(t *testing.T) {
 		{"-http-rates", "0"},
 		{"-http-rates", "1.5"},
 		{"-http-duration", "0s"},
+		{"-contenders", "("},
 	} {
 		if code := run(context.Background(), args, io.Discard, io.Discard); code != 2 {
 			t.Errorf("run(%q) = %d, want 2 (usage)", args, code)
+		}
+	}
+}
+
+// TestContendersAndProfiles: -allotment-twins adds the Limiter's twin to
+// log-2 (hot-admit has its own), -contenders keeps the contenders it
+// matches (in both shapes, the Limiter's twin and redis_rate), and
+// -cpuprofile and -trace write their files.
+func TestContendersAndProfiles(t *testing.T) {
+	dir := t.TempDir()
+	prof, tr, js := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "trace.out"), filepath.Join(dir, "run.json")
+	var stderr bytes.Buffer
+	code := run(context.Background(), []string{
+		"-shapes", "hot-admit,log-2", "-allotment-twins", "-contenders", "no allotments|^redis_rate$", "-ops", "50", "-warmup", "10ms", "-c", "2",
+		"-redis-rounds", "1", "-inproc=false", "-http=false", "-cpuprofile", prof, "-trace", tr, "-json", js,
+	}, io.Discard, &stderr)
+	if code != 0 {
+		t.Fatalf("run = %d; stderr:\n%s", code, stderr.String())
+	}
+	r, err := report.Load(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range r.Redis {
+		got = append(got, m.Contender)
+	}
+	twin := suite.LimiterName + suite.NoAllotmentsSuffix
+	if want := []string{twin, "redis_rate", twin, "redis_rate"}; !slices.Equal(got, want) {
+		t.Errorf("measured %q, want %q", got, want)
+	}
+	for _, f := range []string{prof, tr} {
+		if st, err := os.Stat(f); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v, %v; want a file written", f, st, err)
 		}
 	}
 }

@@ -25,21 +25,29 @@ var palette = map[string]string{
 	plainScriptName:    "#ff7f0e",
 	floorName:          "#7f7f7f",
 	floorPerWindowName: "#bcbd22",
+	// Allotments (docs/adr/019): a twin without them in a lighter shade.
+	sluiceLimiter + NoAllotmentsSuffix: "#98df8a",
+	sluiceRLS:                          "#9467bd",
+	sluiceRLS + NoAllotmentsSuffix:     "#c5b0d5",
+	sluiceRLS + ", GCRA":               "#8c564b",
+	fixedWindowName:                    "#e377c2",
 }
 
 // Chart writes an SVG with two panels per shape: decisions/s (linear) and
 // p99 (logarithmic) against concurrency, one line per contender.
 func (r *Run) Chart(w io.Writer) error {
 	shapes := r.shapes()
-	width, height := 2*panelW, headerH+len(shapes)*panelH
+	var legend strings.Builder
+	top := headerH + (r.legend(&legend)-1)*legendRow
+	width, height := 2*panelW, top+len(shapes)*panelH
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="Helvetica, Arial, sans-serif" font-size="12">`+"\n", width, height, width, height)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="#ffffff"/>`+"\n", width, height)
 	fmt.Fprintf(&b, `<text x="%d" y="22" font-size="15" font-weight="bold">sluice and its peers on Redis %s, %s (closed loop, %s per point)</text>`+"\n",
 		padL, esc(r.Machine.Redis), esc(r.Date.UTC().Format("2006-01-02")), esc(r.perPoint()))
-	r.legend(&b)
+	b.WriteString(legend.String())
 	for i, s := range shapes {
-		y := headerH + i*panelH
+		y := top + i*panelH
 		r.panel(&b, s, 0, y, false)
 		r.panel(&b, s, panelW, y, true)
 	}
@@ -48,8 +56,12 @@ func (r *Run) Chart(w io.Writer) error {
 	return err
 }
 
-// legend lists every contender once.
-func (r *Run) legend(b *strings.Builder) {
+// legendRow is the height of a row of the legend.
+const legendRow = 18
+
+// legend lists every contender once, in as many rows as the chart's width
+// takes, and returns the number of rows.
+func (r *Run) legend(b *strings.Builder) int {
 	var seen []contender
 	for _, s := range r.shapes() {
 		for _, c := range s.contenders {
@@ -58,12 +70,17 @@ func (r *Run) legend(b *strings.Builder) {
 			}
 		}
 	}
-	x := padL
+	x, y, rows := padL, 44, 1
 	for _, c := range seen {
-		fmt.Fprintf(b, `<line x1="%d" y1="44" x2="%d" y2="44" stroke="%s" stroke-width="2.5"%s/>`, x, x+28, colour(c.name), dash(c))
-		fmt.Fprintf(b, `<text x="%d" y="48">%s</text>`+"\n", x+34, esc(c.name))
-		x += 48 + 7*len(c.name)
+		w := 48 + 7*len([]rune(c.name))
+		if x > padL && x+w > 2*panelW-padR {
+			x, y, rows = padL, y+legendRow, rows+1
+		}
+		fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2.5"%s/>`, x, y, x+28, y, colour(c.name), dash(c))
+		fmt.Fprintf(b, `<text x="%d" y="%d">%s</text>`+"\n", x+34, y+4, esc(c.name))
+		x += w
 	}
+	return rows
 }
 
 // panel draws one chart of shape s at (x0, y0): p99 when latency is set,

@@ -22,6 +22,7 @@ func (r *Run) Markdown(w io.Writer, chart, httpChart string) error {
 		if chart != "" {
 			fmt.Fprintf(&b, "\n![decisions/s and p99 against concurrency, per shape and contender](%s)\n", chart)
 		}
+		r.writeAllotments(&b)
 		r.writeFloor(&b)
 		r.writeClient(&b)
 	}
@@ -112,6 +113,46 @@ func (r *Run) writeSummary(b *strings.Builder) {
 		}
 	}
 	b.WriteString("\nRedis µs per call is Redis' own time per script call (INFO commandstats, commands inside the script included), or per command for a contender that runs no script (envoyproxy/ratelimit's INCRBY and EXPIRE: compare its time per decision, per call × calls per decision); calls per decision counts every command the contender sent. CPU per decision is the processor time the client process (every worker, the client library and sluice) and Redis (INFO cpu: commands, protocol and network) used over the measurement, divided by its decisions: the two share the machine's cores, so a side that costs less leaves more to the other.\n")
+}
+
+// NoAllotmentsSuffix ends the name of a contender's twin with
+// allotments off (suite.NoAllotmentsSuffix).
+const NoAllotmentsSuffix = ", no allotments"
+
+// writeAllotments sets, at every concurrency, each contender built on
+// sluice's Limiter (those whose store calls were counted) beside its twin
+// without allotments (docs/adr/019), when the run measured both: the
+// decisions/s of each against the shape's peer, and the calls each made,
+// as Redis counted them and as the Limiter's Recorder did.
+func (r *Run) writeAllotments(b *strings.Builder) {
+	var t strings.Builder
+	for _, s := range r.shapes() {
+		for _, c := range r.Concurrency {
+			ref := r.find(s.name, s.peer(), c)
+			for _, ct := range s.contenders {
+				m := r.find(s.name, ct.name, c)
+				if m == nil || m.StoreCalls == nil {
+					continue
+				}
+				vs, twin := "–", "–"
+				if ref != nil && ref.PerSecond > 0 {
+					vs = times(m.PerSecond/ref.PerSecond) + " " + s.peer()
+				}
+				if off := r.find(s.name, ct.name+NoAllotmentsSuffix, c); off != nil && off.PerSecond > 0 {
+					twin = times(m.PerSecond / off.PerSecond)
+				}
+				fmt.Fprintf(&t, "| %s | %s | %d | %s | %s | %s | %.5f | %.5f | %s | %s | %s / %s |\n",
+					s.name, name(ct), c, rate(m.PerSecond), vs, twin, m.CallsPerDecision(), m.StoreCallsPerDecision(""), m.storeCallsText(), micros(m.StoreCallMean("")), micros(m.P50), micros(m.P99))
+			}
+		}
+	}
+	if t.Len() == 0 {
+		return
+	}
+	b.WriteString("\n#### Allotments: the Limiter with and without\n\n")
+	b.WriteString("Every contender built on sluice's Limiter, at every concurrency. Allotments (docs/adr/019) are on by default; a contender named \"…" + NoAllotmentsSuffix + "\" is the same with them off (`allotments: off`). Redis commands per decision are INFO commandstats' (every command the contender's client sent, a batch's script call once); store calls are the Limiter's own calls to its store as its Recorder counts them, by operation: an allotment taken (allot), its unspent units given back (settle), a decision at the store (evaluate: one for a batch of coalesced decisions); their mean latency is as the Limiter timed them, from the call to its answer (the client's queues and the wait for a processor included).\n\n")
+	b.WriteString("| shape | contender | c | decisions/s | vs the shape's peer | with ÷ without allotments | Redis commands per decision | store calls per decision | by operation | store call mean latency | p50 / p99 |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString(t.String())
 }
 
 // writeFloor sets every contender's Redis time per call beside the floor

@@ -32,6 +32,16 @@ func sampleRun(ratio float64) *Run {
 		x.Hot, x.Allowed, x.Refused, x.ScriptCalls = true, 5, 995, calls
 		return x
 	}
+	// Allotments: the Limiter at ratio × each allotment target, its Redis
+	// calls per decision at MaxHotCalls / ratio.
+	allot := func(x Measurement, calls int64, storeCalls map[string]int64) Measurement {
+		x.ScriptCalls, x.StoreCalls, x.StoreMicros = calls, storeCalls, map[string]float64{}
+		for op, n := range storeCalls {
+			x.StoreMicros[op] = 100 * float64(n)
+		}
+		return x
+	}
+	hotCalls := int64(MaxHotCalls * 1000 / ratio)
 	http := &HTTPRun{TargetRate: 2000, Steps: []HTTPStep{
 		{Rate: 1000, Requests: 10_000, OK: 10_000, Seconds: 10, P99: 2000},
 		{Rate: 2000, Requests: 20_000, OK: 20_000, Seconds: 10, P99: 4000 / ratio},
@@ -56,6 +66,12 @@ func sampleRun(ratio float64) *Run {
 			m("log-2", redisRateName, false, 64, 40_000, 3000),
 			hot(sluiceLimiter, true, 400_000*ratio, 10),
 			hot(redisRateName, false, 40_000, 1000),
+			allot(m(envoyShape, sluiceRLS, true, 64, 160_000*ratio, 3000), 20, map[string]int64{"allot": 10, "settle": 5, "evaluate": 10}),
+			allot(m(envoyShape, sluiceRLS+NoAllotmentsSuffix, true, 64, 40_000, 3000), 500, map[string]int64{"evaluate": 1000}),
+			m(envoyShape, fixedWindowName, false, 64, 80_000, 3000),
+			allot(m(hotAdmitShape, sluiceLimiter, true, 64, 800_000*ratio, 10), hotCalls, map[string]int64{"allot": hotCalls}),
+			allot(m(hotAdmitShape, sluiceLimiter+NoAllotmentsSuffix, true, 64, 160_000, 3000), 40, map[string]int64{"evaluate": 40}),
+			m(hotAdmitShape, redisRateName, false, 64, 40_000, 3000),
 		},
 		InProcess: []InProcess{
 			{Shape: inprocOne, Contender: localGCRA, Sluice: true, N: 1, NsPerOp: 200 / ratio},
@@ -72,8 +88,8 @@ func TestTargetsMetAndMissed(t *testing.T) {
 		met   bool
 	}{{1, true}, {0.5, false}} {
 		targets := sampleRun(tc.ratio).Targets()
-		if len(targets) != 12 {
-			t.Fatalf("%d targets, want 12", len(targets))
+		if len(targets) != 15 {
+			t.Fatalf("%d targets, want 15", len(targets))
 		}
 		for _, tg := range targets {
 			if strings.HasPrefix(tg.Name, "HTTP middleware") {
@@ -99,6 +115,34 @@ func TestTargetsMetAndMissed(t *testing.T) {
 				t.Errorf("ratio %v: %s missed without saying by how much", tc.ratio, tg.Name)
 			}
 		}
+	}
+}
+
+// TestAllotmentsTable: the Limiter's rows beside their twins without
+// allotments, with the ratio of the two and the calls each made; the
+// peers, which count no store calls, are left out.
+func TestAllotmentsTable(t *testing.T) {
+	var b strings.Builder
+	sampleRun(1).writeAllotments(&b)
+	got := b.String()
+	for _, want := range []string{
+		"| envoy | **sluice RLS** | 64 | 160.0k | 2.00× fixed-window INCR | 4.00× | 0.02000 | 0.02500 | allot 0.01000, settle 0.00500, evaluate 0.01000 | 100 µs | 750 µs / 3.0 ms |",
+		"| envoy | **sluice RLS, no allotments** | 64 | 40.0k | 0.50× fixed-window INCR | – | 0.50000 | 1.00000 | evaluate 1.00000 | 100 µs |",
+		"| hot-admit | **sluice Limiter** | 64 | 800.0k | 20.00× redis_rate | 5.00× | 0.05000 | 0.05000 | allot 0.05000 | 100 µs |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the allotments table lacks\n%s\n%s", want, got)
+		}
+	}
+	for _, peer := range []string{"| " + fixedWindowName + " |", "| " + redisRateName + " |", "| log-2 |"} {
+		if strings.Contains(got, peer) {
+			t.Errorf("the allotments table lists %q, which counts no store calls:\n%s", peer, got)
+		}
+	}
+	b.Reset()
+	(&Run{Redis: []Measurement{{Shape: "log-1", Contender: sluiceStore, Concurrency: 64}}, Concurrency: []int{64}}).writeAllotments(&b)
+	if b.Len() != 0 {
+		t.Errorf("a run with no Limiter has an allotments table:\n%s", b.String())
 	}
 }
 

@@ -7,9 +7,13 @@
 package report
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -113,6 +117,50 @@ type Measurement struct {
 	RedisCPU   float64 `json:"redis_cpu_us"`
 	UsedMemory int64   `json:"used_memory"`
 	KeyBytes   float64 `json:"key_bytes"`
+	// StoreCalls is, for a contender built on sluice's Limiter, the calls
+	// it made to its primary store over the measured period, by operation
+	// (ports.StoreOp's names: "evaluate", "allot", "settle"...), as its
+	// Recorder counted them: a batch of coalesced decisions is one call,
+	// an allotment taken one, its unspent units given back one more.
+	// Null for the other contenders.
+	StoreCalls map[string]int64 `json:"store_calls"`
+	// StoreMicros is those calls' latencies summed, in microseconds, by
+	// operation, as the Limiter timed them (queueing in the client
+	// included).
+	StoreMicros map[string]float64 `json:"store_us,omitempty"`
+}
+
+// StoreCallMean is the mean latency of the Limiter's store calls of
+// operation op (every operation when op is empty), in microseconds; 0
+// when it made none.
+func (m *Measurement) StoreCallMean(op string) float64 {
+	var n int64
+	var us float64
+	for o, calls := range m.StoreCalls {
+		if op == "" || o == op {
+			n, us = n+calls, us+m.StoreMicros[o]
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return us / float64(n)
+}
+
+// StoreCallsPerDecision is how many calls a Limiter made to its store
+// per decision, in all and of operation op (every operation when op is
+// empty); 0 for a contender that counts none.
+func (m *Measurement) StoreCallsPerDecision(op string) float64 {
+	if m.Ops == 0 {
+		return 0
+	}
+	var n int64
+	for o, calls := range m.StoreCalls {
+		if op == "" || o == op {
+			n += calls
+		}
+	}
+	return float64(n) / float64(m.Ops)
 }
 
 // CallsPerDecision is how many commands Redis ran per decision.
@@ -121,6 +169,27 @@ func (m *Measurement) CallsPerDecision() float64 {
 		return 0
 	}
 	return float64(m.ScriptCalls+m.OtherCalls) / float64(m.Ops)
+}
+
+// storeCallsText lists StoreCalls per decision by operation, allot,
+// settle and evaluate first: "allot 0.00002, settle 0.00001".
+func (m *Measurement) storeCallsText() string {
+	if len(m.StoreCalls) == 0 {
+		return "none"
+	}
+	ops := slices.Collect(maps.Keys(m.StoreCalls))
+	rank := func(op string) int {
+		if i := slices.Index([]string{"allot", "settle", "evaluate"}, op); i >= 0 {
+			return i
+		}
+		return 3
+	}
+	slices.SortFunc(ops, func(a, b string) int { return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(a, b)) })
+	out := make([]string, len(ops))
+	for i, op := range ops {
+		out[i] = fmt.Sprintf("%s %.5f", op, m.StoreCallsPerDecision(op))
+	}
+	return strings.Join(out, ", ")
 }
 
 // ClientCPUPerDecision is the client process' processor time per

@@ -21,6 +21,10 @@ const (
 	sluiceStore     = "sluice store"
 	sluiceLimiter   = "sluice Limiter"
 	floorName       = "floor script"
+	envoyShape      = "envoy"
+	sluiceRLS       = "sluice RLS"
+	fixedWindowName = "fixed-window INCR"
+	hotAdmitShape   = "hot-admit"
 	// floorPerWindowName is the floor script on one key per window, in
 	// the shapes whose sluice contenders share logs (docs/adr/015).
 	floorPerWindowName = "floor script, one key per window"
@@ -36,6 +40,10 @@ const (
 	HTTPP99        = 5000
 	HTTPRelaxedP99 = 10000
 )
+
+// MaxHotCalls is the most Redis commands per decision the Limiter may
+// send on a hot key far from its limit, with allotments (issue 36).
+const MaxHotCalls = 0.05
 
 // AlmostNone is the largest share of hot-key decisions that may reach Redis
 // for the hot-key target: one in fifty.
@@ -85,6 +93,11 @@ func (r *Run) Targets() []Target {
 		r.serialTarget(r.find("gcra-1", sluiceStore, 1), r.find("gcra-1", redisRateName, 1)),
 		r.httpLoadTarget(),
 		r.hotTarget(r.find("hot", sluiceLimiter, c), r.find("hot", redisRateName, c)),
+		r.ratioTarget("Envoy ShouldRateLimit, 2 descriptors: sluice RLS (allotments on) vs envoyproxy/ratelimit's fixed window",
+			r.find(envoyShape, sluiceRLS, c), r.find(envoyShape, fixedWindowName, c), 2, 0),
+		r.ratioTarget("1 hot tenant-global key far from its limit, all admitted: sluice Limiter (allotments on) vs redis_rate on that key",
+			r.find(hotAdmitShape, sluiceLimiter, c), r.find(hotAdmitShape, redisRateName, c), 20, 0),
+		r.hotCallsTarget(r.find(hotAdmitShape, sluiceLimiter, c), r.find(hotAdmitShape, sluiceLimiter+NoAllotmentsSuffix, c)),
 		r.localOneTarget(),
 		r.localNineTarget(),
 		r.httpTarget(),
@@ -241,6 +254,30 @@ func (r *Run) hotTarget(s, p *Measurement) Target {
 	}
 	t.Met = len(miss) == 0
 	t.Miss = strings.Join(miss, "; ")
+	return t
+}
+
+// hotCallsTarget: on the hot key far from its limit, the Limiter with
+// allotments sends Redis at most MaxHotCalls commands per decision (INFO
+// commandstats); its store calls, and the twin's without allotments, are
+// given beside.
+func (r *Run) hotCallsTarget(s, off *Measurement) Target {
+	t := Target{
+		Name: "1 hot tenant-global key far from its limit: Redis calls per decision, sluice Limiter (allotments on)",
+		Want: fmt.Sprintf("≤ %.2f (c=%d)", MaxHotCalls, RefConcurrency),
+	}
+	if s == nil || s.Ops == 0 {
+		return t
+	}
+	t.Measured = true
+	t.Got = fmt.Sprintf("%.5f Redis commands, %.5f store calls (%s)", s.CallsPerDecision(), s.StoreCallsPerDecision(""), s.storeCallsText())
+	if off != nil && off.Ops > 0 {
+		t.Got += fmt.Sprintf("; without allotments %.4f and %.4f", off.CallsPerDecision(), off.StoreCallsPerDecision(""))
+	}
+	t.Met = s.CallsPerDecision() <= MaxHotCalls
+	if !t.Met {
+		t.Miss = fmt.Sprintf("%s over %.2f", times(s.CallsPerDecision()/MaxHotCalls), MaxHotCalls)
+	}
 	return t
 }
 

@@ -14,11 +14,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice/adapters/envoyrls"
-	"github.com/sluicehq/sluice/adapters/local"
 	"github.com/sluicehq/sluice/app"
 	"github.com/sluicehq/sluice/bench/internal/load"
 	"github.com/sluicehq/sluice/domain"
-	"github.com/sluicehq/sluice/ports/recordertest"
 )
 
 // The envoy shape: Envoy's ShouldRateLimit with two descriptors, a tenant
@@ -81,34 +79,22 @@ func rlsWorker(srv rlsv3.RateLimitServiceServer, reqs []*rlsv3.RateLimitRequest)
 
 // sluiceRLS is sluice's Envoy door (adapters/envoyrls) on the whole
 // Limiter and sluice's Redis store: descriptors matched and pseudonymised,
-// one all-or-nothing store call, the response with every status and the
-// RateLimit fields.
+// one all-or-nothing store call, or none for a request admitted from an
+// allotment (docs/adr/019: on, as by default), the response with every
+// status and the RateLimit fields. Its Twin is the same with allotments
+// off.
 func sluiceRLS(name, algorithm string) Contender {
-	return Contender{Name: name, Sluice: true, Open: func(_ context.Context, env *Env, _ int) (load.Worker, func() error, error) {
+	return allotted(name, func(_ context.Context, env *Env, _ int, off bool) (load.Worker, func() error, error) {
 		cfg, err := envoyConfig(algorithm)
 		if err != nil {
 			return nil, nil, err
 		}
-		st, err := newStore(env)
+		l, closeAll, err := openLimiter(env, app.Config{HMACSecret: Secret, InstanceID: "sluicebench", StoreTimeout: callTimeout, ProbeTimeout: callTimeout}, off)
 		if err != nil {
 			return nil, nil, err
-		}
-		fallback, err := local.New(local.Config{})
-		if err != nil {
-			st.Close()
-			return nil, nil, err
-		}
-		l, err := app.New(app.Config{HMACSecret: Secret, InstanceID: "sluicebench", StoreTimeout: callTimeout, ProbeTimeout: callTimeout},
-			app.Deps{Store: st, Fallback: fallback, Recorder: recordertest.Discard{}})
-		if err != nil {
-			return nil, nil, errors.Join(err, st.Close(), fallback.Close())
-		}
-		closeAll := func() error {
-			l.Close()
-			return errors.Join(st.Close(), fallback.Close())
 		}
 		return rlsWorker(envoyrls.New(strict{l}, cfg), envoyRequests(env.Population)), closeAll, nil
-	}}
+	})
 }
 
 // strict is the Limiter, failing the call when a decision did not come

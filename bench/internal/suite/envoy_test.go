@@ -2,6 +2,7 @@ package suite
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,8 +18,10 @@ import (
 
 // TestEnvoyContendersCount: each contender of the envoy shape answers a
 // client's requests as its design says on a real Redis: sluice's two
-// descriptors each count every admitted request, envoyproxy/ratelimit's
-// fixed windows count each descriptor's hits, refused ones included.
+// descriptors each count every admitted request (with allotments, the
+// second request takes one, whose lease record is a key of its own:
+// docs/adr/019), envoyproxy/ratelimit's fixed windows count each
+// descriptor's hits, refused ones included.
 func TestEnvoyContendersCount(t *testing.T) {
 	env := newEnv(t, 2)
 	env.Addr = redistest.Standalone(t)
@@ -45,9 +48,24 @@ func TestEnvoyContendersCount(t *testing.T) {
 					t.Fatalf("request %d: %v, %v; want an admission", i, out, err)
 				}
 			}
-			keys, err := redistest.Do(ctx, env.Addr, "DBSIZE")
-			if err != nil || keys != int64(4) {
-				t.Errorf("DBSIZE %v (%v), want 2 clients × 2 descriptors", keys, err)
+			keys, err := redistest.Do(ctx, env.Addr, "KEYS", "*")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var counts, leases int
+			for _, k := range keys.([]any) {
+				if strings.Contains(k.(string), ":lease:") {
+					leases++
+				} else {
+					counts++
+				}
+			}
+			wantLeases := 0
+			if ct.Twin != nil {
+				wantLeases = 1
+			}
+			if counts != 4 || leases != wantLeases {
+				t.Errorf("keys %q: %d counts and %d lease records, want 2 clients × 2 descriptors and %d", keys, counts, leases, wantLeases)
 			}
 		})
 	}

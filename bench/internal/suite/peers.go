@@ -15,10 +15,15 @@ import (
 )
 
 // redisRate is go-redis/redis_rate v10: GCRA on one key per call, on a
-// go-redis client. Its limit is the shape's window: 1000 a second with a
-// burst of 1000, or the hot key's 50.
-func redisRate(hot bool) Contender {
+// go-redis client: each request's first key of sets, with a rate and a
+// burst of its window's limit per its period (1000 a second in most
+// shapes, the hot key's 50, the hot tenant-global key's).
+func redisRate(sets keyset) Contender {
 	return Contender{Name: "redis_rate", Open: func(_ context.Context, env *Env, _ int) (load.Worker, func() error, error) {
+		all, err := sets(env)
+		if err != nil {
+			return nil, nil, err
+		}
 		rdb := goredis.NewClient(&goredis.Options{
 			Addr:         env.Addr,
 			PoolSize:     env.GoRedisPool,
@@ -27,19 +32,17 @@ func redisRate(hot bool) Contender {
 			PoolTimeout:  callTimeout,
 		})
 		lim := redis_rate.NewLimiter(rdb)
-		w := burstGCRA
-		keys := make([]string, len(env.Population.Clients))
-		for i := range keys {
-			keys[i] = env.Population.Clients[i].One[0]
+		keys := make([]string, len(all))
+		rates := make([]redis_rate.Limit, len(all))
+		for i, set := range all {
+			w := set[0].Window
+			keys[i], rates[i] = set[0].Key, redis_rate.Limit{Rate: int(w.Limit), Burst: int(w.Limit), Period: w.Period}
 		}
-		if hot {
-			w, keys = hotWindow, env.Population.Hot.One
-		}
-		limit := redis_rate.Limit{Rate: int(w.Limit), Burst: int(w.Limit), Period: w.Period}
 		worker := func(wk, c int) load.Op {
 			cur := NewCursor(wk, c, len(keys))
 			return func(ctx context.Context) (load.Outcome, error) {
-				res, err := lim.Allow(ctx, keys[cur.Next()], limit)
+				i := cur.Next()
+				res, err := lim.Allow(ctx, keys[i], rates[i])
 				if err != nil {
 					return 0, err
 				}

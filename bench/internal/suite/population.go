@@ -25,7 +25,18 @@ var (
 	// hotWindow admits 50 requests a second: at tens of thousands of
 	// requests a second, more than 99.9 % are refused.
 	hotWindow = domain.Window{Name: domain.WindowBurst, Limit: 50, Period: time.Second, Algorithm: domain.GCRA}
+	// globalWindow is the hot tenant-global window of the hot-admit
+	// shape: GCRA at a unit a microsecond (the finest rate GCRA counts:
+	// 1M a second) with a burst of 100 s of it, so that no run reaches
+	// it (a measurement starts from an empty server and lasts seconds)
+	// and allotments, whose GCRA window gives up a hold's worth of the
+	// burst (domain.AllotWindow), stay far from it.
+	globalWindow = domain.Window{Name: "hot", Limit: 100_000_000, Period: 100 * time.Second, Algorithm: domain.GCRA}
 )
+
+// HotTenant is the tenant every client of the hot-admit shape belongs to:
+// its tenant-global window takes every decision.
+const HotTenant = "tenant-hot"
 
 // routeKey is the route key of the bare stores' keys: the name of the
 // Limiter's nine-window profile, so that both use the very same keys.

@@ -1,10 +1,12 @@
 // Package suite is what a benchmark run measures: the request shapes
 // sluice serves (one key, ADR-002's two, the nine windows of a fully
-// identified request, a hot key that is refused, Envoy's ShouldRateLimit),
-// and for each the contenders that serve it: sluice's Redis store alone,
-// the whole app.Limiter on it, go-redis/redis_rate, a plain ZSET script of
-// the same shape on the same client sluice uses, and for Envoy's API
-// envoyproxy/ratelimit's fixed windows.
+// identified request, a hot key that is refused, a hot key far from its
+// limit, Envoy's ShouldRateLimit), and for each the contenders that serve
+// it: sluice's Redis store alone, the whole app.Limiter on it (with
+// allotments, docs/adr/019, and where a shape pairs them without),
+// go-redis/redis_rate, a plain ZSET script of the same shape on the same
+// client sluice uses, and for Envoy's API envoyproxy/ratelimit's fixed
+// windows.
 //
 // Every contender gets a fresh client per measurement, configured as a
 // service would embed it (see Env), and every store call the same 2 s
@@ -44,6 +46,9 @@ type Env struct {
 	// MaxBatch is sluice's redis.Config.MaxBatch (0: its default; 1:
 	// every request in a call of its own).
 	MaxBatch int
+	// StoreCalls, when set, counts the store calls of the Limiters the
+	// contenders build (the bare stores and the peers have no Recorder).
+	StoreCalls *StoreCalls
 }
 
 // Contender is one implementation of a shape.
@@ -56,6 +61,29 @@ type Contender struct {
 	// Open connects a fresh client for one measurement at concurrency c
 	// and returns the workers' requests and what closes the client.
 	Open func(ctx context.Context, env *Env, c int) (load.Worker, func() error, error)
+	// Twin, for a contender whose Limiter takes allotments (docs/adr/019),
+	// is the same contender with allotments off, named with
+	// NoAllotmentsSuffix; nil for the others. WithTwins adds the twins a
+	// shape does not already measure.
+	Twin *Contender
+}
+
+// WithTwins returns shapes with, after each contender that has a Twin,
+// that twin, unless the shape already measures it: every Limiter then
+// runs with allotments and without, side by side in one run.
+func WithTwins(shapes []Shape) []Shape {
+	out := make([]Shape, len(shapes))
+	for i, s := range shapes {
+		out[i] = s
+		out[i].Contenders = nil
+		for _, ct := range s.Contenders {
+			out[i].Contenders = append(out[i].Contenders, ct)
+			if ct.Twin != nil && !slices.ContainsFunc(s.Contenders, func(o Contender) bool { return o.Name == ct.Twin.Name }) {
+				out[i].Contenders = append(out[i].Contenders, *ct.Twin)
+			}
+		}
+	}
+	return out
 }
 
 // Shape is one request shape and its contenders. redis_rate checks one
@@ -104,33 +132,41 @@ func Shapes() []Shape {
 	}
 	demoConfig := func(env *Env) (app.Config, error) { return DemoConfig(env.DemoConfig) }
 	demo := limiterLimits(demoConfig, demoRequest)
+	global := limiterLimits(benchConfig, globalRequest)
+	globalLimiter := sluiceLimiter(benchConfig, globalRequest, false)
+	rls := sluiceRLS("sluice RLS", "sliding_log")
 	return []Shape{
 		{Name: "gcra-1", Title: "1 key, GCRA", Keys: 1, Windows: 1, Contenders: []Contender{
-			sluiceStore(oneGCRA), redisRate(false), floorScript(oneGCRA, true),
+			sluiceStore(oneGCRA), redisRate(oneGCRA), floorScript(oneGCRA, true),
 		}},
 		{Name: "log-1", Title: "1 key, sliding log", Keys: 1, Windows: 1, Contenders: []Contender{
-			sluiceStore(one), plainScript(one), redisRate(false), floorScript(one, true),
+			sluiceStore(one), plainScript(one), redisRate(oneGCRA), floorScript(one, true),
 		}},
 		{Name: "hot", Title: "1 hot key, GCRA, > 99 % refused", Keys: 1, Windows: 1, Hot: true, Contenders: []Contender{
-			sluiceLimiter(benchConfig, hotRequest, true), sluiceStore(hot), redisRate(true), floorScript(hot, false),
+			sluiceLimiter(benchConfig, hotRequest, true), sluiceStore(hot), redisRate(hot), floorScript(hot, false),
+		}},
+		// Allotments (docs/adr/019) against the store call each request
+		// would make: the Limiter with them and without, side by side.
+		{Name: "hot-admit", Title: "1 hot tenant-global key, GCRA, far from its limit (all admitted)", Keys: 1, Windows: 1, Contenders: []Contender{
+			globalLimiter, *globalLimiter.Twin, sluiceStore(global), redisRate(global),
 		}},
 		{Name: "log-2", Title: "2 keys, sliding log (AllowDual)", Keys: 2, Windows: 2, Contenders: []Contender{
-			sluiceLimiter(benchConfig, dualRequest, false), sluiceStore(dual), plainScript(dual), redisRate(false), floorScript(dual, true),
+			sluiceLimiter(benchConfig, dualRequest, false), sluiceStore(dual), plainScript(dual), redisRate(oneGCRA), floorScript(dual, true),
 		}},
 		{Name: "gcra-2", Title: "2 keys, GCRA", Keys: 2, Windows: 2, Contenders: []Contender{
-			sluiceStore(dualGCRA), plainScript(dual), redisRate(false), floorScript(dualGCRA, true),
+			sluiceStore(dualGCRA), plainScript(dual), redisRate(oneGCRA), floorScript(dualGCRA, true),
 		}},
 		{Name: "log-9", Title: "9 windows on 5 keys, sliding log (shared logs)", Keys: 5, Windows: 9, Contenders: []Contender{
 			sluiceLimiter(benchConfig, nineRequest, false), sluiceStore(nineShared), plainScript(nine), floorScript(nineShared, true), floorPerWindow(nine),
 		}},
 		{Name: "gcra-9", Title: "9 keys, GCRA", Keys: 9, Windows: 9, Contenders: []Contender{
-			sluiceStore(nineGCRA), plainScript(nine), redisRate(false), floorScript(nineGCRA, true),
+			sluiceStore(nineGCRA), plainScript(nine), redisRate(oneGCRA), floorScript(nineGCRA, true),
 		}},
 		{Name: "log-9-large", Title: "9 windows on 5 keys, sliding log above the compact bound (ZSETs, shared logs), one big tenant", Keys: 5, Windows: 9, Contenders: []Contender{
 			sluiceStore(largeShared), plainScript(large), floorScript(largeShared, true), floorPerWindow(large),
 		}},
 		{Name: "envoy", Title: "Envoy ShouldRateLimit, 2 descriptors (tenant, user)", Keys: 2, Windows: 2, Contenders: []Contender{
-			sluiceRLS("sluice RLS", "sliding_log"), sluiceRLS("sluice RLS, GCRA", "gcra"), fixedWindowRLS(),
+			rls, *rls.Twin, sluiceRLS("sluice RLS, GCRA", "gcra"), fixedWindowRLS(),
 		}},
 		// The demo's keys are the Limiter's: 5 in the shared layout (the
 		// tenant's two sliding logs on one key), 6 in the per-window one.
