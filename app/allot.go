@@ -94,6 +94,11 @@ type allotKey struct {
 	// (on the Limiter's clock, ns) and in the one before, and the last
 	// one's instant: counted without a lock, as decisions are admitted.
 	spanStart, cur, prev, lastSeen atomic.Int64
+	// inflight is the key set's decisions at the store now: an
+	// allotment leaves them their room (a burst in flight is not
+	// refused for units this instance would hold unspent).
+	inflight atomic.Int64
+	sh       *allotShard
 
 	// Under the shard's lock: the least requests every window had left
 	// at the last store answer (-1: unknown), whether a take is in
@@ -196,7 +201,7 @@ func (a *allotter) key(ev *evaluation, create bool) (*allotShard, *allotKey) {
 		if len(sh.keys) >= allotMaxKeys && !sh.evictOne() {
 			break
 		}
-		k = &allotKey{first: ev.limits[0].Key, n: ev.n, room: -1, keys: make([]string, ev.n)}
+		k = &allotKey{first: ev.limits[0].Key, n: ev.n, room: -1, keys: make([]string, ev.n), sh: sh}
 		for i := range ev.n {
 			k.keys[i] = ev.limits[i].Key
 		}
@@ -255,9 +260,10 @@ func (k *allotKey) demand(now int64, hold time.Duration) int64 {
 
 // size is the requests of the key set's next allotment at now, under the
 // shard's lock: 1.25 × the expected demand over the hold, at most a
-// quarter of the room; 0 when no allotment may be taken now.
+// quarter of the room its decisions in flight at the store leave; 0 when
+// no allotment may be taken now.
 func (a *allotter) size(k *allotKey, now int64, hold time.Duration) int64 {
-	m := min(k.demand(now, hold)*5/4, k.room/allotShare, allotMaxRequests)
+	m := min(k.demand(now, hold)*5/4, (k.room-k.inflight.Load())/allotShare, allotMaxRequests)
 	if k.taking || k.gone || k.room < 0 || m < allotMinRequests || now < k.calm || a.closed.Load() {
 		return 0
 	}
@@ -485,17 +491,56 @@ func (a *allotter) holdFor(ev *evaluation) time.Duration {
 	return h.Truncate(time.Microsecond)
 }
 
-// observe learns from a store decision on ev's key set: one more request,
-// and what every window had left (in requests of ev's cost).
-func (a *allotter) observe(ev *evaluation, res *domain.Result) {
-	sh, k := a.key(ev, true)
+// enter counts ev, about to be decided at the store, in flight on its key
+// set, which it returns (nil when the key set cannot be tracked) for
+// observe.
+func (a *allotter) enter(ev *evaluation) *allotKey {
+	_, k := a.key(ev, true)
+	if k != nil {
+		k.inflight.Add(1)
+	}
+	return k
+}
+
+// observe learns from the store's decision on ev, entered as k: one more
+// request, and what every window had left (in requests of ev's cost); res
+// is nil when the call failed.
+func (a *allotter) observe(ev *evaluation, k *allotKey, res *domain.Result) {
 	if k == nil {
 		return
 	}
+	k.inflight.Add(-1)
+	if res == nil {
+		return
+	}
 	k.seen(ev.now.UnixNano(), a.holdFor(ev))
-	sh.mu.Lock()
+	k.sh.mu.Lock()
 	k.room = roomOf(ev.limits[:ev.n], res)
-	sh.mu.Unlock()
+	k.sh.mu.Unlock()
+}
+
+// spendRefused admits ev, which the store refused, from the allotment its
+// key set k holds now, if any: its refusal may be for units this instance
+// holds unspent (they were taken while ev was at the store). The
+// admission's instant is now, inside the allotment's hold, whatever ev's
+// own instant.
+func (a *allotter) spendRefused(ev *evaluation, k *allotKey) bool {
+	if k == nil {
+		return false
+	}
+	al := k.held.Load()
+	if al == nil {
+		return false
+	}
+	now := a.l.clock.Now()
+	if now.Before(al.start) || now.After(al.end) || al.left.Add(-1) < 0 {
+		return false
+	}
+	k.seen(now.UnixNano(), al.hold)
+	// The decision's instant is its admission's (ports.DecisionRecord.At).
+	ev.now = now
+	a.l.fromAllotment(ev, al)
+	return true
 }
 
 // take decides ev by taking an allotment of its key set when the key set

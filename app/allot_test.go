@@ -279,6 +279,31 @@ func TestAllotmentsAtTheEdgeDecideOneByOne(t *testing.T) {
 		wg.Wait()
 		assert.Equal(t, int64(5), ok.Load())
 	})
+	t.Run("burst far enough for an allotment", func(t *testing.T) {
+		// 200 concurrent requests of one tenant limited to 50 a minute:
+		// room enough for allotments, but a burst in flight at the store
+		// is not refused for units an allotment would hold unspent.
+		for round := range 20 {
+			clock := fakeclock.New(t0)
+			r := newHotRig(t, hotConfig(app.WindowsConfig{Tenant: []app.WindowConfig{{Name: "sustained", Limit: 50, Period: time.Minute}}}), conformance.NewReferenceStore(), clock, nil)
+			var ok atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for range 200 {
+				wg.Go(func() {
+					<-start
+					clock.Advance(10 * time.Microsecond) // the burst's pace
+					d, err := r.l.Evaluate(context.Background(), tenantReq("burst"))
+					if err == nil && d.State == domain.Allowed {
+						ok.Add(1)
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			require.Equal(t, int64(50), ok.Load(), "round %d: exactly the limit; allotments %+v", round, r.l.Allotments())
+		}
+	})
 	t.Run("hot key near its limit", func(t *testing.T) {
 		clock := fakeclock.New(t0)
 		r := newHotRig(t, hotConfig(app.WindowsConfig{Tenant: []app.WindowConfig{{Name: "sustained", Limit: 100, Period: time.Minute}}}), conformance.NewReferenceStore(), clock, nil)

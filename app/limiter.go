@@ -555,6 +555,10 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 		return
 	}
 	gen := l.refusals.generation()
+	var ak *allotKey
+	if allot {
+		ak = l.allots.enter(ev)
+	}
 	res, err := l.evaluateStore(ctx, ev)
 	if ev.madeCall {
 		// Only the decision that counts the call's outcome accounts it:
@@ -563,12 +567,18 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 		ev.transErr = l.storeOutcome(ctx, node, ev.callStart, err)
 	}
 	if err != nil {
+		if allot {
+			l.allots.observe(ev, ak, nil)
+		}
 		l.failed(ctx, ev, err)
 		return
 	}
 	l.fromResult(ev, &res, domain.SourcePrimary)
 	if allot {
-		l.allots.observe(ev, &res)
+		l.allots.observe(ev, ak, &res)
+		if !res.Allowed && !heldRefused(ev, &res) && l.allots.spendRefused(ev, ak) {
+			return
+		}
 	}
 	switch {
 	case !res.Allowed && !heldRefused(ev, &res):
