@@ -107,6 +107,10 @@ type allotKey struct {
 	room   int64
 	taking bool
 	gone   bool
+	// taken is closed when the take in flight ends (nil when none is):
+	// a decision the store refused while it was in flight waits for it
+	// (spendRefused).
+	taken chan struct{}
 	// calm is when a take may be tried again after the store refused
 	// one (ns): a GCRA window allots less than it has left (the hold's
 	// share of its burst), which the room does not show.
@@ -280,6 +284,12 @@ func (a *allotter) spend(ev *evaluation) bool {
 	if k == nil {
 		return false
 	}
+	return a.spendAt(sh, k, ev, ev.now)
+}
+
+// spendAt admits ev at now from k's held allotment, as spend does, and
+// makes now ev's instant when it does.
+func (a *allotter) spendAt(sh *allotShard, k *allotKey, ev *evaluation, now time.Time) bool {
 	// Three turns: the held allotment, the next one, and a next one
 	// another decision made held in between.
 	for range 3 {
@@ -287,20 +297,23 @@ func (a *allotter) spend(ev *evaluation) bool {
 		switch {
 		case al == nil:
 			return false
-		case ev.now.Before(al.start):
+		case now.Before(al.start):
 			// Taken after this decision's instant: not its to spend.
 			return false
-		case ev.now.After(al.end):
-			a.advance(sh, k, al, ev.now)
+		case now.After(al.end):
+			a.advance(sh, k, al, now)
 			continue
 		}
 		left := al.left.Add(-1)
 		if left < 0 {
-			a.advance(sh, k, al, ev.now)
+			a.advance(sh, k, al, now)
 			continue
 		}
-		k.seen(ev.now.UnixNano(), al.hold)
-		if (left < al.m/4 || ev.now.Sub(al.start) >= al.hold*3/4) && al.ahead.CompareAndSwap(false, true) {
+		k.seen(now.UnixNano(), al.hold)
+		// The decision's instant is its admission's
+		// (ports.DecisionRecord.At).
+		ev.now = now
+		if (left < al.m/4 || now.Sub(al.start) >= al.hold*3/4) && al.ahead.CompareAndSwap(false, true) {
 			a.takeAhead(sh, k, ev)
 		}
 		a.l.fromAllotment(ev, al)
@@ -346,7 +359,7 @@ func (a *allotter) takeAhead(sh *allotShard, k *allotKey, ev *evaluation) {
 		sh.mu.Unlock()
 		return
 	}
-	k.taking = true
+	k.startTake()
 	sh.mu.Unlock()
 	node := a.l.nodeOf(ev)
 	if !a.l.allowed(node) {
@@ -370,10 +383,19 @@ func (a *allotter) takeAhead(sh *allotShard, k *allotKey, ev *evaluation) {
 	}()
 }
 
-// untake ends k's take in flight.
+// startTake marks a take of k in flight, under its shard's lock.
+func (k *allotKey) startTake() {
+	k.taking, k.taken = true, make(chan struct{})
+}
+
+// untake ends k's take in flight, after its allotment was installed.
 func (a *allotter) untake(sh *allotShard, k *allotKey) {
 	sh.mu.Lock()
 	k.taking = false
+	if k.taken != nil {
+		close(k.taken)
+		k.taken = nil
+	}
 	sh.mu.Unlock()
 }
 
@@ -521,26 +543,25 @@ func (a *allotter) observe(ev *evaluation, k *allotKey, res *domain.Result) {
 
 // spendRefused admits ev, which the store refused, from the allotment its
 // key set k holds now, if any: its refusal may be for units this instance
-// holds unspent (they were taken while ev was at the store). The
-// admission's instant is now, inside the allotment's hold, whatever ev's
-// own instant.
-func (a *allotter) spendRefused(ev *evaluation, k *allotKey) bool {
+// holds unspent, taken while ev was at the store. A take in flight then
+// may be the one its refusal met: ev waits for it to end (or for ctx),
+// and spends from what it installed. The admission's instant is now,
+// inside the allotment's hold, whatever ev's own instant.
+func (a *allotter) spendRefused(ctx context.Context, ev *evaluation, k *allotKey) bool {
 	if k == nil {
 		return false
 	}
-	al := k.held.Load()
-	if al == nil {
-		return false
+	k.sh.mu.RLock()
+	wait := k.taken
+	k.sh.mu.RUnlock()
+	if wait != nil {
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return false
+		}
 	}
-	now := a.l.clock.Now()
-	if now.Before(al.start) || now.After(al.end) || al.left.Add(-1) < 0 {
-		return false
-	}
-	k.seen(now.UnixNano(), al.hold)
-	// The decision's instant is its admission's (ports.DecisionRecord.At).
-	ev.now = now
-	a.l.fromAllotment(ev, al)
-	return true
+	return a.spendAt(k.sh, k, ev, a.l.clock.Now())
 }
 
 // take decides ev by taking an allotment of its key set when the key set
@@ -565,7 +586,7 @@ func (a *allotter) take(ctx context.Context, ev *evaluation, node string) bool {
 		sh.mu.Unlock()
 		return false
 	}
-	k.taking = true
+	k.startTake()
 	sh.mu.Unlock()
 	defer a.untake(sh, k)
 	var res domain.Result

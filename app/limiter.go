@@ -576,7 +576,7 @@ func (l *Limiter) run(ctx context.Context, ev *evaluation) {
 	l.fromResult(ev, &res, domain.SourcePrimary)
 	if allot {
 		l.allots.observe(ev, ak, &res)
-		if !res.Allowed && !heldRefused(ev, &res) && l.allots.spendRefused(ev, ak) {
+		if !res.Allowed && !heldRefused(ev, &res) && l.allots.spendRefused(ctx, ev, ak) {
 			return
 		}
 	}

@@ -271,7 +271,7 @@ func allotmentsNeverAdmitPastALimit(e *env) {
 			e.t.Run(fmt.Sprintf("%s-%d", set.name, seed), func(t tb) {
 				sub := e.sub(t, fmt.Sprintf("%s-%d-", set.name, seed))
 				s := newAllotSim(sub, seed, set.ws, set.cost, 300*time.Millisecond)
-				s.run(6*time.Second, 0, nil)
+				s.run(4*time.Second, 0, nil)
 				for _, l := range s.limits {
 					checkAdmitted(sub, set.name, s.admitted, set.cost, l.Window, 0)
 				}
@@ -312,8 +312,8 @@ func allotmentsKeepALimitLoweredWhileTheyAreOut(e *env) {
 			const hold = 300 * time.Millisecond
 			s := newAllotSim(sub, 7, []domain.Window{window(a, 80, time.Second)}, 1, hold)
 			lowered := window(a, 30, time.Second)
-			const changeAt = 3 * time.Second
-			s.run(7*time.Second, changeAt, func() {
+			const changeAt = 2 * time.Second
+			s.run(5*time.Second, changeAt, func() {
 				for _, in := range s.inst {
 					in.limits = slices.Clone(in.limits)
 					in.limits[0].Window = lowered

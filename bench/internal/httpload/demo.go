@@ -27,6 +27,10 @@ func build(ctx context.Context, root, dir string) (string, error) {
 	bin := filepath.Join(dir, "demo")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, demoPackage)
 	cmd.Dir = root
+	// Static, as the demo's image builds it (the Makefile's IMAGE_ENV):
+	// the packages are then those sluice's own tests compiled for the
+	// binaries they run, not a build of their own.
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("httpload: go build %s: %w\n%s", demoPackage, err, out)
 	}
