@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,6 +88,9 @@ func TestClusterWithReplicas(t *testing.T) {
 	_, err = c.MasterOfSlot(ctx, 16384)
 	require.Error(t, err, "no master serves a slot out of range")
 	successor := replicaOf[owner.ID]
+	// Replication is asynchronous: the kill below must not race the
+	// write to the replica (on a loaded machine it did, now and then).
+	waitReplicated(ctx, t, owner.Server, successor.Server)
 
 	start = time.Now()
 	killed, err := c.KillMasterOf(ctx, key)
@@ -100,8 +104,8 @@ func TestClusterWithReplicas(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, successor.ID, promoted.ID, "the killed master's replica took over")
 	assert.Same(t, successor.Server, promoted.Server)
-	// The replica had the key: replication is asynchronous, but it was in
-	// sync before the kill (WaitHealthy at creation, and the write is old).
+	// The replica had the key: it had caught up with the write before
+	// the kill.
 	v, err := promoted.Server.Do(ctx, "GET", key)
 	require.NoError(t, err)
 	assert.Equal(t, "1", v)
@@ -176,4 +180,36 @@ func TestClusterConfigRefused(t *testing.T) {
 			require.Error(t, err)
 		})
 	}
+}
+
+// waitReplicated waits until replica has processed every write master
+// had made: its replication offset reaches the master's.
+func waitReplicated(ctx context.Context, t *testing.T, master, replica *Server) {
+	t.Helper()
+	want := replOffset(ctx, t, master)
+	deadline := time.Now().Add(10 * time.Second)
+	for replOffset(ctx, t, replica) < want {
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s did not reach the master's replication offset %d in 10 s", replica.Addr(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// replOffset is s's master_repl_offset (INFO replication): on a replica,
+// how far into its master's stream it has processed.
+func replOffset(ctx context.Context, t *testing.T, s *Server) int64 {
+	t.Helper()
+	v, err := s.Do(ctx, "INFO", "replication")
+	require.NoError(t, err)
+	info, _ := v.(string)
+	for line := range strings.Lines(info) {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "master_repl_offset:"); ok {
+			n, err := strconv.ParseInt(rest, 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatalf("%s: no master_repl_offset in INFO replication", s.Addr())
+	return 0
 }
