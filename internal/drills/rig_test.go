@@ -275,6 +275,17 @@ type probeResult struct {
 	confirm bool
 }
 
+func (p probeResult) String() string {
+	kind := "scheduled"
+	if p.confirm {
+		kind = "confirming"
+	}
+	if p.err == nil {
+		return kind + " ok"
+	}
+	return kind + " " + p.err.Error()
+}
+
 // failed reports whether the health machine saw this probe as failed.
 func (p probeResult) failed() bool { return p.err != nil }
 
@@ -483,6 +494,30 @@ func checkRecovery(t *testing.T, j *journal, from int, clearing int) int {
 	}
 	t.Fatalf("not HEALTHY after %d probes; transitions: %v", len(probes), all[from:])
 	return -1
+}
+
+// openedInBand reports whether the breaker opened, at transition down,
+// on the in-band failures that followed a fault injected after probe
+// atFault, rather than on a scheduled probe: with no probe between, or
+// at a confirming probe the misses triggered (docs/adr/008). Between the
+// fault and that, only probes that moved no machine may come: confirming
+// probes that proved nothing (the service stalled during their round:
+// the next miss asks again) and scheduled probes the Limiter set aside
+// (provesNothing). A scheduled probe that failed and was fed would have
+// opened it itself.
+func openedInBand(probes []probeResult, atFault int, down transition) bool {
+	if down.probes == atFault {
+		return true
+	}
+	if down.probes < atFault || !probes[down.probes-1].confirm {
+		return false
+	}
+	for _, p := range probes[atFault : down.probes-1] {
+		if !p.confirm && !p.provesNothing() {
+			return false
+		}
+	}
+	return true
 }
 
 // replayAll replays every probe through the health machine, from HEALTHY
