@@ -25,7 +25,7 @@ IMAGE_GOFLAGS := -ldflags=-s
 
 ## NOCGO: the environment of every build that is not under the race
 ## detector (vet, staticcheck, the race-free test pass, the bench module's
-## vet): the image's (IMAGE_ENV), so that the standard library and the
+## vet, the fuzz binaries: no cgo to compile): the image's (IMAGE_ENV), so that the standard library and the
 ## dependencies are compiled once for them and for the binaries that the
 ## tests of cmd/sluice, cmd/sluice-rls and examples/demo build as the image
 ## does (with CGO_ENABLED=1 they were compiled twice: about two minutes of
@@ -112,8 +112,8 @@ fuzz-smoke:
 	cache=$$($(GO) env GOCACHE)/fuzz; \
 	for spec in $(FUZZTARGETS); do \
 		pkg=$${spec%%:*}; \
-		echo "$(GO) test -c -fuzz . -o $$bin/fuzz.test ./$$pkg"; \
-		$(GO) test -c -fuzz . -o "$$bin/fuzz.test" "./$$pkg"; \
+		echo "$(NOCGO) $(GO) test -c -fuzz . -o $$bin/fuzz.test ./$$pkg"; \
+		$(NOCGO) $(GO) test -c -fuzz . -o "$$bin/fuzz.test" "./$$pkg"; \
 		path=$$($(GO) list "./$$pkg"); \
 		for target in $$(echo "$${spec#*:}" | tr , ' '); do \
 			echo "fuzz $$target ($$path, -fuzztime $(FUZZTIME))"; \
