@@ -25,11 +25,11 @@ IMAGE_GOFLAGS := -ldflags=-s
 
 ## NOCGO: the environment of every build that is not under the race
 ## detector (vet, staticcheck, the race-free test pass, the bench module's
-## vet, the fuzz binaries: no cgo to compile): the image's (IMAGE_ENV), so that the standard library and the
-## dependencies are compiled once for them and for the binaries that the
-## tests of cmd/sluice, cmd/sluice-rls and examples/demo build as the image
-## does (with CGO_ENABLED=1 they were compiled twice: about two minutes of
-## a cold CI run on two cores).
+## vet, the fuzz binaries): the image's (IMAGE_ENV), so that the standard
+## library and the dependencies are compiled once for them and for the
+## binaries that the tests of cmd/sluice, cmd/sluice-rls and examples/demo
+## build as the image does (with CGO_ENABLED=1 they were compiled twice:
+## about two minutes of a cold CI run on two cores).
 NOCGO := CGO_ENABLED=0
 
 all: lint test

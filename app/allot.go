@@ -187,17 +187,19 @@ func (a *allotter) reset(ctx context.Context, keys []string) {
 func (a *allotter) key(ev *evaluation, create bool) (*allotShard, *allotKey) {
 	fp := fingerprint(a.seed, ev)
 	sh := &a.shards[fp%allotShards]
-	if !create {
-		sh.mu.RLock()
-		k := sh.keys[fp]
-		sh.mu.RUnlock()
+	// Under the read lock first: every store decision of a tracked key
+	// set comes here (enter), and only a new one needs the write lock.
+	sh.mu.RLock()
+	k := sh.keys[fp]
+	sh.mu.RUnlock()
+	if k != nil || !create {
 		if k != nil && (k.first != ev.limits[0].Key || k.n != ev.n) {
 			k = nil
 		}
 		return sh, k
 	}
 	sh.mu.Lock()
-	k := sh.keys[fp]
+	k = sh.keys[fp]
 	switch {
 	case k != nil && (k.first != ev.limits[0].Key || k.n != ev.n):
 		k = nil
